@@ -1,0 +1,1 @@
+//! Kernel tests of ipvs-netlink, run inside the lab VM.

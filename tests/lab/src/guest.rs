@@ -1,0 +1,144 @@
+//! Helpers for kernel tests, which run inside the guest.
+//!
+//! Every kernel test starts with [`Netns::fresh`]: the test's thread moves into a network
+//! namespace of its own, so tests run in parallel without seeing each other's IPVS services,
+//! links, ipsets or iptables rules. libtest runs each test on a new thread, and threads and
+//! processes started from that thread (a tokio runtime, `ipvsadm`) inherit its namespace.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// True when running inside the lab VM (its kernel command line carries `lab=1`).
+pub fn in_guest() -> bool {
+    std::fs::read_to_string("/proc/cmdline")
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "lab=1"))
+}
+
+/// Panics with a clear message unless running inside the lab VM.
+pub fn require_guest() {
+    assert!(
+        in_guest(),
+        "this is a kernel test: it runs inside the lab VM, started with `cargo run -p lab -- test`"
+    );
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The calling thread's own network namespace, with `lo` up.
+pub struct Netns {
+    _private: (),
+}
+
+impl Netns {
+    /// Moves the calling thread into a new network namespace and brings `lo` up (IPVS rejects
+    /// every destination as "not unicast" until it is).
+    pub fn fresh() -> Netns {
+        require_guest();
+        // SAFETY: unshare(2) with CLONE_NEWNET only changes the calling thread's namespace; it
+        // takes no pointers.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "unshare(CLONE_NEWNET): {}",
+            std::io::Error::last_os_error()
+        );
+        sh("ip link set lo up");
+        Netns { _private: () }
+    }
+}
+
+/// Runs `script` with `/bin/sh -c` and returns its standard output; panics with the command,
+/// its status and its standard error when it fails.
+pub fn sh(script: &str) -> String {
+    let out = Command::new("/bin/sh")
+        .args(["-c", script])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run /bin/sh: {e}"));
+    assert!(
+        out.status.success(),
+        "`{script}` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `script` with `/bin/sh -c` and returns whether it succeeded, with its combined output.
+pub fn try_sh(script: &str) -> (bool, String) {
+    let out = Command::new("/bin/sh")
+        .args(["-c", &format!("{script} 2>&1")])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run /bin/sh: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop: a pod or a client.
+pub struct NamedNetns {
+    name: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl NamedNetns {
+    /// Creates a namespace whose name starts with `prefix` and is unique in the guest, with
+    /// `lo` up.
+    pub fn new(prefix: &str) -> NamedNetns {
+        let name = format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        sh(&format!(
+            "ip netns add {name} && ip -n {name} link set lo up"
+        ));
+        NamedNetns { name }
+    }
+
+    /// The namespace's name, for `ip -n NAME` and `ip link set ... netns NAME`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs a shell script inside the namespace and returns its output.
+    pub fn sh(&self, script: &str) -> String {
+        sh(&format!(
+            "ip netns exec {} sh -c '{}'",
+            self.name,
+            script.replace('\'', "'\\''")
+        ))
+    }
+
+    /// Runs `f` on a new thread that has entered this namespace (for servers and clients
+    /// written in Rust).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.name);
+        let file = File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        std::thread::spawn(move || {
+            // SAFETY: setns(2) on a namespace file descriptor we own; it changes only the
+            // calling (new) thread's network namespace.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            drop(file);
+            f()
+        })
+    }
+}
+
+impl Drop for NamedNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}

@@ -1,0 +1,169 @@
+//! `lab`: build the lab image, run a program in the VM, run the kernel tests.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use lab::image::Image;
+use lab::payload::Payload;
+use lab::suite::{self, shell_quote};
+use lab::vm::{self, Config, Machine};
+
+#[derive(Parser)]
+#[command(about = "The kernel lab: a microVM with a real IPVS kernel")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the image (or find it in the cache) and print where it is.
+    Image,
+    /// Run a command in the VM as root and exit with its exit code.
+    Run {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// A host file to copy into the guest at the same path (repeatable); host programs
+        /// named as the command are copied with their libraries automatically.
+        #[arg(long = "file")]
+        files: Vec<PathBuf>,
+        /// The command: a host program (copied in) or a program of the image (`ipvsadm`).
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Build every package's `lab` test target and run them in one VM.
+    Test {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// Only these packages (repeatable).
+        #[arg(short, long = "package")]
+        packages: Vec<String>,
+        /// Build the tests in release mode.
+        #[arg(long)]
+        release: bool,
+        /// Arguments for every libtest binary (a name filter, --nocapture, ...).
+        #[arg(last = true)]
+        test_args: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+struct VmArgs {
+    /// Virtual CPUs.
+    #[arg(long, default_value_t = 2)]
+    smp: u32,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    memory: u32,
+    /// Machine type: microvm boots fastest; pc has a precise clock for timings.
+    #[arg(long, value_enum, default_value_t = Machine::Microvm)]
+    machine: Machine,
+    /// Kill the VM after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
+}
+
+impl VmArgs {
+    fn config(&self) -> Config {
+        Config {
+            smp: self.smp,
+            memory_mib: self.memory,
+            machine: self.machine,
+            timeout: Duration::from_secs(self.timeout),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lab: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> lab::Result<ExitCode> {
+    let t0 = Instant::now();
+    match cli.command {
+        Cmd::Image => {
+            let image = Image::ensure()?;
+            println!(
+                "kernel  {}\nvmlinuz {}\ninitrd  {}",
+                image.kernel_release,
+                image.vmlinuz.display(),
+                image.base_cpio.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            vm: args,
+            files,
+            command,
+        } => {
+            let image = Image::ensure()?;
+            let mut payload = Payload::new(&image);
+            for f in &files {
+                payload.add_host_file(f, 0o644)?;
+            }
+            let mut words = command.clone();
+            let host = PathBuf::from(&command[0]);
+            if command[0].contains('/') && host.exists() {
+                words[0] = payload
+                    .add_executable(&host)?
+                    .to_string_lossy()
+                    .into_owned();
+            }
+            let line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+            payload.add_data(
+                "/lab/run",
+                0o755,
+                format!("#!/bin/sh\nexec {}\n", line.join(" ")),
+            )?;
+            let out = vm::run(&image, &payload, &args.config(), |l| println!("{l}"))?;
+            report(&out, t0);
+            Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
+        }
+        Cmd::Test {
+            vm: args,
+            packages,
+            release,
+            test_args,
+        } => {
+            let image = Image::ensure()?;
+            let build = suite::build(&packages, release)?;
+            if build.tests.is_empty() {
+                return Err(lab::Error::Setup(
+                    "no package has a `lab` test target".into(),
+                ));
+            }
+            eprintln!(
+                "lab: {} kernel test binaries, built in {:.1?}",
+                build.tests.len(),
+                t0.elapsed()
+            );
+            let out = suite::run(&image, &build, &test_args, &args.config())?;
+            report(&out, t0);
+            Ok(if out.exit_code == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+fn report(out: &vm::Outcome, t0: Instant) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "lab: VM booted in {:.1?} (to the first line of output), ran {:.1?}; exit code {}; whole command {:.1?}",
+        out.boot,
+        out.total,
+        out.exit_code,
+        t0.elapsed()
+    );
+}

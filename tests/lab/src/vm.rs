@@ -1,0 +1,217 @@
+//! Boots the image under QEMU (software emulation only: KVM hangs on our machines), streams
+//! what the payload prints and returns its exit code.
+//!
+//! The payload's output travels on the first serial port; the kernel console goes to a second
+//! port logged to a file, so kernel messages never mix with test output. `/init` prints the
+//! payload's exit code behind [`EXIT_MARKER`] and reboots, which ends QEMU (`-no-reboot`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::image::{Image, lab_dir};
+use crate::payload::Payload;
+use crate::{Error, Result};
+
+/// The line `/init` prints after the payload, followed by its exit code.
+pub const EXIT_MARKER: &str = "@@LAB-EXIT ";
+
+/// Kernel command line. `lab=1` lets code in the guest know where it runs.
+const CMDLINE: &str = "console=ttyS1 reboot=t panic=-1 quiet loglevel=4 cryptomgr.notests \
+     i8042.noaux i8042.nokbd i8042.noprobe tsc=reliable no_timer_check random.trust_cpu=on lab=1";
+
+/// The emulated machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Machine {
+    /// QEMU's microvm: fastest boot, but the guest clock moves in 4 ms steps.
+    Microvm,
+    /// A PC with qboot: a few hundred ms slower to boot, with a fine TSC clock (for timings).
+    Pc,
+}
+
+/// How to boot.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Virtual CPUs (QEMU runs one host thread per vCPU).
+    pub smp: u32,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// The machine type.
+    pub machine: Machine,
+    /// Kill the VM after this long.
+    pub timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            smp: 2,
+            memory_mib: 1024,
+            machine: Machine::Microvm,
+            timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What a run gave.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The payload's exit code.
+    pub exit_code: i32,
+    /// From starting QEMU to the first line of output (`/init` reached, modules loaded).
+    pub boot: Duration,
+    /// From starting QEMU to its end.
+    pub total: Duration,
+    /// The kernel console log of this run.
+    pub console_log: PathBuf,
+}
+
+/// Boots `image` with `payload` and calls `on_line` with each line the payload prints.
+pub fn run(
+    image: &Image,
+    payload: &Payload<'_>,
+    config: &Config,
+    mut on_line: impl FnMut(&str),
+) -> Result<Outcome> {
+    let dir = lab_dir().join("runs");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let tag = format!("{}", std::process::id());
+    let payload_cpio = dir.join(format!("payload-{tag}.cpio"));
+    let initrd = dir.join(format!("initrd-{tag}.cpio"));
+    let console_log = dir.join(format!("console-{tag}.log"));
+    payload.write(&payload_cpio)?;
+    concat(&[&image.base_cpio, &payload_cpio], &initrd)?;
+    let _ = std::fs::remove_file(&payload_cpio);
+
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args([
+        "-accel",
+        "tcg",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    // Without erms/fsrm the guest does not copy memory with `rep movsb`, which TCG runs
+    // byte by byte.
+    .args(["-cpu", "max,erms=off,fsrm=off"])
+    .args([
+        "-smp",
+        &config.smp.to_string(),
+        "-m",
+        &config.memory_mib.to_string(),
+    ])
+    .arg("-kernel")
+    .arg(&image.vmlinuz)
+    .arg("-initrd")
+    .arg(&initrd)
+    .args([
+        "-chardev",
+        "stdio,id=out,signal=off",
+        "-serial",
+        "chardev:out",
+    ])
+    .arg("-chardev")
+    .arg(format!("file,id=con,path={}", console_log.display()))
+    .args(["-device", "isa-serial,chardev=con,iobase=0x2f8,irq=3"]);
+    match config.machine {
+        // On microvm acpi=off must be the machine option; as a kernel parameter it hangs.
+        Machine::Microvm => cmd.args([
+            "-M",
+            "microvm,acpi=off",
+            "-append",
+            &format!("{CMDLINE} pci=off"),
+        ]),
+        Machine::Pc => cmd.args([
+            "-M",
+            "pc",
+            "-bios",
+            "/usr/share/qemu/qboot.rom",
+            "-append",
+            CMDLINE,
+        ]),
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| Error::spawn(&cmd, e))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut r = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            if tx.send(std::mem::take(&mut buf)).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut boot = None;
+    let mut exit_code = None;
+    let deadline = start + config.timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(raw) => {
+                boot.get_or_insert_with(|| start.elapsed());
+                let line = String::from_utf8_lossy(&raw);
+                let line = line.trim_end_matches(['\n', '\r']).replace('\r', "");
+                if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
+                    exit_code = rest.trim_end_matches('@').trim().parse().ok();
+                } else {
+                    on_line(&line);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Failed(format!(
+                    "the VM ran over its {:?} time limit; kernel log: {}",
+                    config.timeout,
+                    tail(&console_log)
+                )));
+            }
+        }
+    }
+    let _ = reader.join();
+    let status = child
+        .wait()
+        .map_err(|e| Error::Failed(format!("waiting for qemu: {e}")))?;
+    let total = start.elapsed();
+    let _ = std::fs::remove_file(&initrd);
+    match exit_code {
+        Some(exit_code) => Ok(Outcome {
+            exit_code,
+            boot: boot.unwrap_or(total),
+            total,
+            console_log,
+        }),
+        None => Err(Error::Failed(format!(
+            "the VM stopped ({status}) without reporting an exit code; kernel log ({}):\n{}",
+            console_log.display(),
+            tail(&console_log)
+        ))),
+    }
+}
+
+fn concat(parts: &[&Path], out: &Path) -> Result<()> {
+    let mut w = std::fs::File::create(out).map_err(|e| Error::io(out, e))?;
+    for p in parts {
+        let mut r = std::fs::File::open(p).map_err(|e| Error::io(p, e))?;
+        std::io::copy(&mut r, &mut w).map_err(|e| Error::io(out, e))?;
+    }
+    Ok(())
+}
+
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
