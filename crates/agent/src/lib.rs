@@ -1,0 +1,7 @@
+//! kube-proxy-ipvs: a Kubernetes Service proxy node agent on Linux IPVS.
+//!
+//! # Layout
+//! - [`model`]: pure: the cluster snapshot, the desired kernel state, the plan.
+#![forbid(unsafe_code)]
+
+pub mod model;

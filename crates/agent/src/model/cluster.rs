@@ -1,0 +1,237 @@
+//! The cluster as the agent sees it: Services, EndpointSlices and its own Node, already
+//! validated and converted from the API types (see `k8s::convert`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// A transport protocol a Service port can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    /// The lower-case name used by ipset and iptables (`tcp`, `udp`, `sctp`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An IP family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl Family {
+    /// The family of an address.
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+/// Namespace and name of a Service.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceRef {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl ServiceRef {
+    /// A reference from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A Service's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceType {
+    /// Reachable on its cluster IPs (and external IPs).
+    ClusterIp,
+    /// Also on every node address at its node ports.
+    NodePort,
+    /// Also on its load-balancer ingress IPs.
+    LoadBalancer,
+    /// A DNS alias: nothing for a proxy to do.
+    ExternalName,
+}
+
+/// Whether traffic may go to endpoints on any node or only to this node's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrafficPolicy {
+    /// Any endpoint in the cluster.
+    #[default]
+    Cluster,
+    /// Only endpoints on this node.
+    Local,
+}
+
+/// One port of a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    /// The port's name (empty for a single unnamed port); EndpointSlice ports match on it.
+    pub name: String,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// The port on the cluster IPs, external IPs and load-balancer IPs.
+    pub port: u16,
+    /// The node port, for NodePort and LoadBalancer Services.
+    pub node_port: Option<u16>,
+}
+
+/// A Service, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// Namespace and name.
+    pub id: ServiceRef,
+    /// Its type.
+    pub kind: ServiceType,
+    /// Its cluster IPs (one per family); empty for a headless Service.
+    pub cluster_ips: Vec<IpAddr>,
+    /// Its ports.
+    pub ports: Vec<ServicePort>,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// Load-balancer ingress IPs in VIP mode (`ipMode: Proxy` entries are left out).
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `sessionAffinity: ClientIP` with its timeout.
+    pub session_affinity: Option<Duration>,
+    /// `spec.externalTrafficPolicy`.
+    pub external_traffic_policy: TrafficPolicy,
+    /// `spec.internalTrafficPolicy`.
+    pub internal_traffic_policy: TrafficPolicy,
+    /// `spec.healthCheckNodePort`.
+    pub health_check_node_port: Option<u16>,
+    /// `spec.loadBalancerSourceRanges`.
+    pub load_balancer_source_ranges: Vec<IpNet>,
+}
+
+/// One port of an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointPort {
+    /// Matches the Service port of the same name.
+    pub name: String,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// The port on the endpoint.
+    pub port: u16,
+}
+
+/// One endpoint (a pod) of an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Its address (the slice's family).
+    pub address: IpAddr,
+    /// `conditions.ready` (absent means ready).
+    pub ready: bool,
+    /// `conditions.serving` (absent means the value of ready).
+    pub serving: bool,
+    /// `conditions.terminating` (absent means false).
+    pub terminating: bool,
+    /// The node it runs on.
+    pub node_name: Option<String>,
+    /// Its zone.
+    pub zone: Option<String>,
+    /// `hints.forZones`.
+    pub zone_hints: Vec<String>,
+    /// `hints.forNodes`.
+    pub node_hints: Vec<String>,
+}
+
+/// An EndpointSlice, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSlice {
+    /// The slice's own name.
+    pub name: String,
+    /// The Service it belongs to (`kubernetes.io/service-name`).
+    pub service: ServiceRef,
+    /// Its address family.
+    pub family: Family,
+    /// Its ports.
+    pub ports: Vec<EndpointPort>,
+    /// Its endpoints.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The agent's own Node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Node {
+    /// Its name.
+    pub name: String,
+    /// Its addresses from `status.addresses` (InternalIP first).
+    pub addresses: Vec<IpAddr>,
+    /// `spec.podCIDRs`.
+    pub pod_cidrs: Vec<IpNet>,
+    /// Its labels (topology zone among them).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Everything the desired state is computed from, besides the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cluster {
+    /// Services by namespace and name.
+    pub services: BTreeMap<ServiceRef, Service>,
+    /// EndpointSlices by (namespace, slice name).
+    pub slices: BTreeMap<(String, String), EndpointSlice>,
+    /// The agent's Node, when known.
+    pub node: Option<Node>,
+}
+
+impl Cluster {
+    /// The slices of one Service.
+    pub fn slices_of<'a>(
+        &'a self,
+        id: &'a ServiceRef,
+    ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
+        self.slices
+            .range((id.namespace.clone(), String::new())..)
+            .take_while(move |((ns, _), _)| *ns == id.namespace)
+            .map(|(_, s)| s)
+            .filter(move |s| s.service == *id)
+    }
+
+    /// Every address family in use by some Service.
+    pub fn families(&self) -> BTreeSet<Family> {
+        self.services
+            .values()
+            .flat_map(|s| s.cluster_ips.iter().map(Family::of))
+            .collect()
+    }
+}

@@ -1,0 +1,76 @@
+//! The part of the configuration that shapes the desired kernel state.
+
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::cluster::Family;
+
+/// How the agent tells pod traffic from other traffic, for masquerade decisions
+/// (`--detect-local-mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalDetector {
+    /// No detector: only node-originated traffic with a VIP source is masqueraded.
+    None,
+    /// Pod traffic comes from these cluster CIDRs (`--cluster-cidr`).
+    ClusterCidr(Vec<IpNet>),
+    /// Pod traffic comes from the Node's `spec.podCIDRs`.
+    NodeCidr(Vec<IpNet>),
+    /// Pod traffic comes in through this bridge.
+    BridgeInterface(String),
+    /// Pod traffic comes in through interfaces with this name prefix.
+    InterfaceNamePrefix(String),
+}
+
+/// Settings of the proxy that the desired state depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The node's name; an endpoint is local when its `nodeName` equals it.
+    pub node_name: String,
+    /// `--ipvs-scheduler` (default `rr`).
+    pub scheduler: String,
+    /// `--masquerade-all`.
+    pub masquerade_all: bool,
+    /// `--iptables-masquerade-bit` (0..=31, default 14).
+    pub masquerade_bit: u8,
+    /// Local traffic detection.
+    pub local_detector: LocalDetector,
+    /// `--nodeport-addresses`: NodePorts are served on local addresses inside these CIDRs;
+    /// empty means every local address.
+    pub nodeport_addresses: Vec<IpNet>,
+    /// `--ipvs-exclude-cidrs`: virtual servers inside these are never deleted.
+    pub exclude_cidrs: Vec<IpNet>,
+    /// Whether `iptables` supports `--random-fully` on MASQUERADE.
+    pub random_fully: bool,
+    /// `--ipvs-strict-arp`: `arp_ignore=1`, `arp_announce=2` (MetalLB L2 needs it).
+    pub strict_arp: bool,
+    /// The IP families the agent serves (IPv4, IPv6 or both).
+    pub families: Vec<Family>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            node_name: String::new(),
+            scheduler: "rr".into(),
+            masquerade_all: false,
+            masquerade_bit: 14,
+            local_detector: LocalDetector::None,
+            nodeport_addresses: Vec::new(),
+            exclude_cidrs: Vec::new(),
+            random_fully: true,
+            strict_arp: false,
+            families: vec![Family::V4],
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// The masquerade mark, `1 << masquerade_bit`.
+    pub fn masquerade_mark(&self) -> u32 {
+        1u32 << u32::from(self.masquerade_bit.min(31))
+    }
+}
+
+/// The default session-affinity timeout of Kubernetes (`10800` seconds).
+pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10800);

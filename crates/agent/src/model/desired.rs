@@ -1,0 +1,355 @@
+//! The desired kernel state: a pure function of the cluster, the configuration and the host's
+//! own addresses.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+use super::cluster::{Cluster, Family, Protocol, Service, ServiceType, TrafficPolicy};
+use super::config::ProxyConfig;
+use super::endpoints::{choose, port_endpoints};
+use super::iptables::{self, OutFilter};
+use super::kernel::{KernelState, LINK_NAME, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey};
+use super::sets::{self, SetDef, set_name};
+
+/// An address configured on one of the host's interfaces.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LocalAddress {
+    /// The interface's name.
+    pub interface: String,
+    /// The address.
+    pub address: IpAddr,
+}
+
+/// Facts about the host the desired state depends on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Host {
+    /// Every address on every interface.
+    pub addresses: Vec<LocalAddress>,
+}
+
+impl Host {
+    /// True when `ip` is configured on an interface other than `kube-ipvs0`.
+    pub fn is_local(&self, ip: &IpAddr) -> bool {
+        self.addresses
+            .iter()
+            .any(|a| a.address == *ip && a.interface != LINK_NAME)
+    }
+
+    /// The addresses NodePorts are served on: every local address of the family except those on
+    /// `kube-ipvs0`, loopback and IPv6 link-local, limited to `nodeport_addresses` when set.
+    pub fn node_port_addresses(&self, family: Family, config: &ProxyConfig) -> BTreeSet<IpAddr> {
+        self.addresses
+            .iter()
+            .filter(|a| a.interface != LINK_NAME && Family::of(&a.address) == family)
+            .map(|a| a.address)
+            .filter(|ip| !ip.is_loopback() && !is_link_local_v6(ip))
+            .filter(|ip| {
+                config.nodeport_addresses.is_empty()
+                    || config.nodeport_addresses.iter().any(|n| n.contains(ip))
+            })
+            .collect()
+    }
+}
+
+fn is_link_local_v6(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
+}
+
+/// The desired state, with notes on what it could not include.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// The kernel state to reach.
+    pub state: KernelState,
+    /// Virtual servers by the Service they serve (for logs and metrics).
+    pub owners: BTreeMap<VsKey, super::cluster::ServiceRef>,
+    /// Conflicts found (two Services wanting one virtual server); the first one wins.
+    pub conflicts: Vec<String>,
+}
+
+/// Computes the kernel state for `cluster`.
+pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired {
+    let mut out = Builder {
+        config,
+        host,
+        d: Desired::default(),
+    };
+    out.d.state.link = true;
+    for family in &config.families {
+        for def in sets::ALL {
+            out.d.state.sets.insert(
+                set_name(def, *family),
+                Set {
+                    kind: def.kind,
+                    family: *family,
+                    entries: BTreeSet::new(),
+                },
+            );
+        }
+    }
+    for service in cluster.services.values() {
+        out.service(cluster, service);
+    }
+    // Addresses bound on kube-ipvs0, and ownership of every virtual server.
+    let addresses: Vec<IpAddr> = out.d.state.addresses.iter().copied().collect();
+    for ip in addresses {
+        out.add_entry(&sets::IPVS_IPS, Family::of(&ip), SetEntry::Ip(ip));
+    }
+    let keys: Vec<VsKey> = out.d.state.services.keys().copied().collect();
+    for k in keys {
+        out.add_entry(
+            &sets::OWNED,
+            Family::of(&k.address),
+            SetEntry::IpPort(k.address, k.protocol, k.port),
+        );
+    }
+    let out_filters: Vec<OutFilter> = Vec::new();
+    for family in &config.families {
+        let family_sets: BTreeMap<String, Set> = out
+            .d
+            .state
+            .sets
+            .iter()
+            .filter(|(_, s)| s.family == *family)
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect();
+        out.d.state.rules.insert(
+            *family,
+            iptables::rules(*family, config, &family_sets, &out_filters),
+        );
+    }
+    out.d.state.sysctls = sysctls(config);
+    out.d
+}
+
+/// The sysctls IPVS mode needs.
+pub fn sysctls(config: &ProxyConfig) -> BTreeMap<String, String> {
+    let mut s: BTreeMap<String, String> = [
+        // Without it IPVS detaches its packets from conntrack and MASQUERADE never applies.
+        ("net/ipv4/vs/conntrack", "1"),
+        ("net/ipv4/vs/expire_nodest_conn", "1"),
+        ("net/ipv4/vs/expire_quiescent_template", "1"),
+        ("net/ipv4/ip_forward", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    if config.families.contains(&Family::V6) {
+        s.insert("net/ipv6/conf/all/forwarding".into(), "1".into());
+    }
+    if config.strict_arp {
+        s.insert("net/ipv4/conf/all/arp_ignore".into(), "1".into());
+        s.insert("net/ipv4/conf/all/arp_announce".into(), "2".into());
+    }
+    s
+}
+
+struct Builder<'a> {
+    config: &'a ProxyConfig,
+    host: &'a Host,
+    d: Desired,
+}
+
+impl Builder<'_> {
+    fn add_entry(&mut self, def: &SetDef, family: Family, entry: SetEntry) {
+        if let Some(set) = self.d.state.sets.get_mut(&set_name(def, family)) {
+            set.entries.insert(entry);
+        }
+    }
+
+    fn add_vs(&mut self, service: &Service, key: VsKey, destinations: &[SocketAddr]) {
+        if let Some(owner) = self.d.owners.get(&key) {
+            if *owner != service.id {
+                self.d.conflicts.push(format!(
+                    "{key} is wanted by {owner} and {}; {owner} keeps it",
+                    service.id
+                ));
+            }
+            return;
+        }
+        let scheduler = self.config.scheduler.clone();
+        let sched_flags = if scheduler == "mh" {
+            SCHED_FLAG_PORT
+        } else {
+            0
+        };
+        let vs = VirtualServer {
+            scheduler,
+            sched_flags,
+            persistence: service.session_affinity,
+            destinations: destinations.iter().map(|d| (*d, 1)).collect(),
+        };
+        self.d.owners.insert(key, service.id.clone());
+        self.d.state.services.insert(key, vs);
+    }
+
+    /// Binds `ip` on kube-ipvs0 unless the host already has it elsewhere.
+    fn bind(&mut self, ip: IpAddr) {
+        if !self.host.is_local(&ip) {
+            self.d.state.addresses.insert(ip);
+        }
+    }
+
+    fn service(&mut self, cluster: &Cluster, service: &Service) {
+        if service.kind == ServiceType::ExternalName {
+            return;
+        }
+        let node = self.config.node_name.clone();
+        for &cluster_ip in &service.cluster_ips {
+            let family = Family::of(&cluster_ip);
+            if !self.config.families.contains(&family) {
+                continue;
+            }
+            let of_family = |ips: &[IpAddr]| -> Vec<IpAddr> {
+                ips.iter()
+                    .copied()
+                    .filter(|ip| Family::of(ip) == family)
+                    .collect()
+            };
+            let external_ips = of_family(&service.external_ips);
+            let lb_ips = of_family(&service.load_balancer_ips);
+            let etp_local = service.external_traffic_policy == TrafficPolicy::Local;
+            let itp_local = service.internal_traffic_policy == TrafficPolicy::Local;
+            for port in &service.ports {
+                let eps = port_endpoints(cluster, service, port, family, &node);
+                let chosen = choose(&eps);
+                let internal = if itp_local {
+                    &chosen.local
+                } else {
+                    &chosen.cluster
+                };
+                // externalTrafficPolicy=Local uses local endpoints, and falls back to all of them
+                // when the node has none so that local pods still reach the Service (kube-proxy
+                // PR #97081).
+                let external = if etp_local && !chosen.local.is_empty() {
+                    &chosen.local
+                } else {
+                    &chosen.cluster
+                };
+                let proto = port.protocol;
+
+                // ClusterIP
+                let key = VsKey {
+                    address: cluster_ip,
+                    protocol: proto,
+                    port: port.port,
+                };
+                self.add_vs(service, key, internal);
+                self.bind(cluster_ip);
+                self.add_entry(
+                    &sets::CLUSTER_IP,
+                    family,
+                    SetEntry::IpPort(cluster_ip, proto, port.port),
+                );
+                for ep in &chosen.all_local {
+                    self.add_entry(
+                        &sets::LOOP_BACK,
+                        family,
+                        SetEntry::IpPortIp(ep.ip(), proto, ep.port(), ep.ip()),
+                    );
+                }
+
+                // externalIPs
+                for &ip in &external_ips {
+                    self.add_vs(
+                        service,
+                        VsKey {
+                            address: ip,
+                            protocol: proto,
+                            port: port.port,
+                        },
+                        external,
+                    );
+                    self.bind(ip);
+                    let set = if etp_local {
+                        &sets::EXTERNAL_IP_LOCAL
+                    } else {
+                        &sets::EXTERNAL_IP
+                    };
+                    self.add_entry(set, family, SetEntry::IpPort(ip, proto, port.port));
+                }
+
+                // Load-balancer ingress IPs
+                if service.kind == ServiceType::LoadBalancer {
+                    for &ip in &lb_ips {
+                        self.add_vs(
+                            service,
+                            VsKey {
+                                address: ip,
+                                protocol: proto,
+                                port: port.port,
+                            },
+                            external,
+                        );
+                        self.bind(ip);
+                        let entry = SetEntry::IpPort(ip, proto, port.port);
+                        self.add_entry(&sets::LOAD_BALANCER, family, entry);
+                        if etp_local {
+                            self.add_entry(&sets::LOAD_BALANCER_LOCAL, family, entry);
+                        }
+                        let ranges: Vec<_> = service
+                            .load_balancer_source_ranges
+                            .iter()
+                            .filter(|r| Family::of(&r.addr()) == family)
+                            .collect();
+                        if !ranges.is_empty() {
+                            self.add_entry(&sets::LOAD_BALANCER_FW, family, entry);
+                            for r in ranges {
+                                self.add_entry(
+                                    &sets::LOAD_BALANCER_SOURCE_CIDR,
+                                    family,
+                                    SetEntry::IpPortNet(ip, proto, port.port, *r),
+                                );
+                            }
+                        }
+                    }
+                }
+
+                // NodePorts
+                if let (Some(node_port), ServiceType::NodePort | ServiceType::LoadBalancer) =
+                    (port.node_port, service.kind)
+                {
+                    let node_ips = self.host.node_port_addresses(family, self.config);
+                    for ip in &node_ips {
+                        self.add_vs(
+                            service,
+                            VsKey {
+                                address: *ip,
+                                protocol: proto,
+                                port: node_port,
+                            },
+                            external,
+                        );
+                    }
+                    match proto {
+                        Protocol::Tcp | Protocol::Udp => {
+                            let (all, local) = if proto == Protocol::Tcp {
+                                (&sets::NODE_PORT_TCP, &sets::NODE_PORT_LOCAL_TCP)
+                            } else {
+                                (&sets::NODE_PORT_UDP, &sets::NODE_PORT_LOCAL_UDP)
+                            };
+                            self.add_entry(all, family, SetEntry::Port(node_port));
+                            if etp_local {
+                                self.add_entry(local, family, SetEntry::Port(node_port));
+                            }
+                        }
+                        Protocol::Sctp => {
+                            for ip in &node_ips {
+                                let e = SetEntry::IpPort(*ip, proto, node_port);
+                                self.add_entry(&sets::NODE_PORT_SCTP, family, e);
+                                if etp_local {
+                                    self.add_entry(&sets::NODE_PORT_LOCAL_SCTP, family, e);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(hc) = service.health_check_node_port
+                && etp_local
+                && service.kind == ServiceType::LoadBalancer
+            {
+                self.add_entry(&sets::HEALTH_CHECK_NODE_PORT, family, SetEntry::Port(hc));
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The kernel state the agent manages, as plain data: both what it wants (`desired`) and what
+//! it found (`observe`) have this shape, and `plan` diffs two of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::cluster::{Family, Protocol};
+
+/// The dummy link that holds every VIP, named as kube-proxy names it.
+pub const LINK_NAME: &str = "kube-ipvs0";
+
+/// IPVS scheduler flag `IP_VS_SVC_F_SCHED2`: `sh-port` / `mh-port`.
+pub const SCHED_FLAG_PORT: u32 = 0x10;
+/// IPVS scheduler flag `IP_VS_SVC_F_SCHED1`: `sh-fallback` / `mh-fallback`.
+pub const SCHED_FLAG_FALLBACK: u32 = 0x08;
+
+/// What identifies an IPVS virtual server made for a Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VsKey {
+    /// The virtual address.
+    pub address: IpAddr,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The port.
+    pub port: u16,
+}
+
+impl fmt::Display for VsKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            SocketAddr::new(self.address, self.port),
+            self.protocol
+        )
+    }
+}
+
+/// An IPVS virtual server and its real servers (always masquerade).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirtualServer {
+    /// The scheduler's kernel name.
+    pub scheduler: String,
+    /// Scheduler flags (`SCHED_FLAG_*`), without the persistent and hashed bits.
+    pub sched_flags: u32,
+    /// Persistence (session affinity) timeout; `None` when not persistent.
+    pub persistence: Option<Duration>,
+    /// Real servers and their weights.
+    pub destinations: BTreeMap<SocketAddr, u32>,
+}
+
+impl VirtualServer {
+    /// True when the service's own settings (not its destinations) differ.
+    pub fn settings_differ(&self, other: &VirtualServer) -> bool {
+        self.scheduler != other.scheduler
+            || self.sched_flags != other.sched_flags
+            || self.persistence != other.persistence
+    }
+}
+
+/// The ipset types the agent uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetKind {
+    /// `hash:ip`
+    HashIp,
+    /// `hash:ip,port`
+    HashIpPort,
+    /// `hash:ip,port,ip`
+    HashIpPortIp,
+    /// `hash:ip,port,net`
+    HashIpPortNet,
+    /// `bitmap:port` over 0-65535
+    BitmapPort,
+}
+
+impl SetKind {
+    /// The type's name as `ipset` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetKind::HashIp => "hash:ip",
+            SetKind::HashIpPort => "hash:ip,port",
+            SetKind::HashIpPortIp => "hash:ip,port,ip",
+            SetKind::HashIpPortNet => "hash:ip,port,net",
+            SetKind::BitmapPort => "bitmap:port",
+        }
+    }
+}
+
+/// One entry of a set, rendered in `ipset save` syntax by `Display`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetEntry {
+    /// `10.0.0.1`
+    Ip(IpAddr),
+    /// `10.0.0.1,tcp:80`
+    IpPort(IpAddr, Protocol, u16),
+    /// `10.244.0.2,tcp:8080,10.244.0.2`
+    IpPortIp(IpAddr, Protocol, u16, IpAddr),
+    /// `1.2.3.4,tcp:80,10.0.0.0/8`
+    IpPortNet(IpAddr, Protocol, u16, IpNet),
+    /// `30080`
+    Port(u16),
+}
+
+impl fmt::Display for SetEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetEntry::Ip(ip) => write!(f, "{ip}"),
+            SetEntry::IpPort(ip, p, port) => write!(f, "{ip},{p}:{port}"),
+            SetEntry::IpPortIp(ip, p, port, ip2) => write!(f, "{ip},{p}:{port},{ip2}"),
+            SetEntry::IpPortNet(ip, p, port, net) => write!(f, "{ip},{p}:{port},{net}"),
+            SetEntry::Port(port) => write!(f, "{port}"),
+        }
+    }
+}
+
+/// A set: its type and family, and its entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    /// The set's type.
+    pub kind: SetKind,
+    /// Its family (ignored for `bitmap:port`).
+    pub family: Family,
+    /// Its entries.
+    pub entries: BTreeSet<SetEntry>,
+}
+
+/// The agent's iptables rules of one family, in `iptables-save` form.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rules {
+    /// `(table, chain)` of every chain the agent owns.
+    pub chains: BTreeSet<(String, String)>,
+    /// `(table, rule)` in order, each rule as `iptables-save` prints it (`-A KUBE-... ...`).
+    pub rules: Vec<(String, String)>,
+    /// `(table, rule)` jumps from built-in chains, in the order they must be prepended.
+    pub jumps: Vec<(String, String)>,
+}
+
+/// A kernel setting under `/proc/sys`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sysctl {
+    /// The path below `/proc/sys`, e.g. `net/ipv4/vs/conntrack`.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// Everything the agent programs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KernelState {
+    /// Whether `kube-ipvs0` exists.
+    pub link: bool,
+    /// Addresses on `kube-ipvs0`.
+    pub addresses: BTreeSet<IpAddr>,
+    /// IPVS virtual servers. Observed state holds every one in the kernel, foreign ones too.
+    pub services: BTreeMap<VsKey, VirtualServer>,
+    /// The KUBE-* sets by name.
+    pub sets: BTreeMap<String, Set>,
+    /// Rules by family.
+    pub rules: BTreeMap<Family, Rules>,
+    /// Sysctls to hold.
+    pub sysctls: BTreeMap<String, String>,
+}

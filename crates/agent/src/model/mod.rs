@@ -1,0 +1,17 @@
+//! The pure part of the agent: cluster snapshot types, the desired kernel state and the plan
+//! that reaches it. Nothing here knows of tokio, kube or netlink; time and host facts are
+//! arguments, so every function is deterministic and tested as a table.
+
+pub mod cluster;
+pub mod config;
+pub mod desired;
+pub mod endpoints;
+pub mod iptables;
+pub mod kernel;
+pub mod plan;
+pub mod sets;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! The difference between the desired and the observed kernel state, as an ordered list of
+//! operations.
+//!
+//! The order keeps traffic flowing while the state changes: everything new is added before
+//! anything old is removed, claims on virtual servers (the ownership set) are recorded before
+//! the servers are made and dropped after they are deleted, and only virtual servers the agent
+//! owns are ever deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+use super::cluster::Family;
+use super::iptables::restore_input;
+use super::kernel::{KernelState, Rules, SetEntry, SetKind, VirtualServer, VsKey};
+use super::sets::{self, set_name};
+
+/// One change to the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Create the `kube-ipvs0` dummy link (left down).
+    CreateLink,
+    /// Write a sysctl.
+    SetSysctl {
+        /// Path below `/proc/sys`.
+        key: String,
+        /// Value.
+        value: String,
+    },
+    /// Create a set.
+    CreateSet {
+        /// Its name.
+        name: String,
+        /// Its type.
+        kind: SetKind,
+        /// Its family.
+        family: Family,
+    },
+    /// Add entries to a set.
+    AddEntries {
+        /// The set.
+        set: String,
+        /// The entries.
+        entries: Vec<SetEntry>,
+    },
+    /// Bind an address on `kube-ipvs0`.
+    AddAddress(IpAddr),
+    /// Rewrite the agent's chains of one family with one `iptables-restore --noflush`.
+    WriteRules {
+        /// The family (iptables or ip6tables).
+        family: Family,
+        /// The complete restore input.
+        input: String,
+    },
+    /// Create a virtual server (without destinations).
+    AddService {
+        /// Its key.
+        key: VsKey,
+        /// Its settings.
+        service: VirtualServer,
+    },
+    /// Change a virtual server's scheduler, flags or persistence.
+    UpdateService {
+        /// Its key.
+        key: VsKey,
+        /// Its new settings.
+        service: VirtualServer,
+    },
+    /// Add a real server.
+    AddDestination {
+        /// The virtual server.
+        key: VsKey,
+        /// The real server.
+        destination: SocketAddr,
+        /// Its weight.
+        weight: u32,
+    },
+    /// Change a real server's weight.
+    UpdateDestination {
+        /// The virtual server.
+        key: VsKey,
+        /// The real server.
+        destination: SocketAddr,
+        /// Its weight.
+        weight: u32,
+    },
+    /// Remove a real server.
+    DelDestination {
+        /// The virtual server.
+        key: VsKey,
+        /// The real server.
+        destination: SocketAddr,
+    },
+    /// Delete a virtual server the agent owns.
+    DelService(VsKey),
+    /// Unbind an address from `kube-ipvs0`.
+    DelAddress(IpAddr),
+    /// Remove entries from a set.
+    DelEntries {
+        /// The set.
+        set: String,
+        /// The entries.
+        entries: Vec<SetEntry>,
+    },
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::CreateLink => write!(f, "create link {}", super::kernel::LINK_NAME),
+            Op::SetSysctl { key, value } => write!(f, "sysctl {key}={value}"),
+            Op::CreateSet { name, kind, family } => {
+                write!(f, "create set {name} {} ({family:?})", kind.as_str())
+            }
+            Op::AddEntries { set, entries } => write!(f, "add {} entries to {set}", entries.len()),
+            Op::AddAddress(ip) => write!(f, "bind {ip}"),
+            Op::WriteRules { family, input } => write!(
+                f,
+                "write {} rules ({family:?})",
+                input.lines().filter(|l| l.starts_with('-')).count()
+            ),
+            Op::AddService { key, service } => write!(f, "add service {key} {}", service.scheduler),
+            Op::UpdateService { key, service } => {
+                write!(f, "update service {key} {}", service.scheduler)
+            }
+            Op::AddDestination {
+                key,
+                destination,
+                weight,
+            } => write!(f, "add {destination} to {key} weight {weight}"),
+            Op::UpdateDestination {
+                key,
+                destination,
+                weight,
+            } => write!(f, "set {destination} of {key} weight {weight}"),
+            Op::DelDestination { key, destination } => write!(f, "remove {destination} from {key}"),
+            Op::DelService(key) => write!(f, "delete service {key}"),
+            Op::DelAddress(ip) => write!(f, "unbind {ip}"),
+            Op::DelEntries { set, entries } => {
+                write!(f, "remove {} entries from {set}", entries.len())
+            }
+        }
+    }
+}
+
+/// An ordered list of operations, and what could not be planned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The operations, in order.
+    pub ops: Vec<Op>,
+    /// Problems the plan works around (e.g. a set of the wrong type that it must not replace).
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// True when nothing needs to change.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// True when the agent owns the observed virtual server `key`: it is recorded in the ownership
+/// set, or its address is bound on `kube-ipvs0` (as kube-proxy's are, which lets the agent take
+/// over a node from kube-proxy).
+pub fn owns(observed: &KernelState, key: &VsKey) -> bool {
+    let family = Family::of(&key.address);
+    let claimed = observed
+        .sets
+        .get(&set_name(&sets::OWNED, family))
+        .is_some_and(|s| {
+            s.entries
+                .contains(&SetEntry::IpPort(key.address, key.protocol, key.port))
+        });
+    claimed || observed.addresses.contains(&key.address)
+}
+
+/// Plans the changes that turn `observed` into `desired`. Virtual servers inside
+/// `exclude_cidrs` are never deleted.
+pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNet]) -> Plan {
+    let mut p = Plan::default();
+    let mut late: Vec<Op> = Vec::new();
+
+    if desired.link && !observed.link {
+        p.ops.push(Op::CreateLink);
+    }
+    for (key, value) in &desired.sysctls {
+        if observed.sysctls.get(key) != Some(value) {
+            p.ops.push(Op::SetSysctl {
+                key: key.clone(),
+                value: value.clone(),
+            });
+        }
+    }
+
+    // Sets: create, then add; removals come last.
+    for (name, want) in &desired.sets {
+        let have = observed.sets.get(name);
+        match have {
+            None => p.ops.push(Op::CreateSet {
+                name: name.clone(),
+                kind: want.kind,
+                family: want.family,
+            }),
+            Some(h) if h.kind != want.kind => {
+                // Never change the type of an existing set (kube-proxy #77265): leave it and say so.
+                p.warnings.push(format!(
+                    "ipset {name} exists as {} but must be {}; it is left as is",
+                    h.kind.as_str(),
+                    want.kind.as_str()
+                ));
+                continue;
+            }
+            Some(_) => {}
+        }
+        let empty = BTreeSet::new();
+        let have_entries = have.map(|h| &h.entries).unwrap_or(&empty);
+        let add: Vec<SetEntry> = want.entries.difference(have_entries).copied().collect();
+        let del: Vec<SetEntry> = have_entries.difference(&want.entries).copied().collect();
+        if !add.is_empty() {
+            p.ops.push(Op::AddEntries {
+                set: name.clone(),
+                entries: add,
+            });
+        }
+        if !del.is_empty() {
+            late.push(Op::DelEntries {
+                set: name.clone(),
+                entries: del,
+            });
+        }
+    }
+
+    // Addresses.
+    for ip in desired.addresses.difference(&observed.addresses) {
+        p.ops.push(Op::AddAddress(*ip));
+    }
+
+    // Rules.
+    for (family, want) in &desired.rules {
+        let have = observed.rules.get(family).cloned().unwrap_or_default();
+        let missing: Vec<(String, String)> = want
+            .jumps
+            .iter()
+            .filter(|j| !have.jumps.contains(j))
+            .cloned()
+            .collect();
+        if !same_chains(want, &have) || !missing.is_empty() {
+            p.ops.push(Op::WriteRules {
+                family: *family,
+                input: restore_input(want, &missing),
+            });
+        }
+    }
+
+    // Virtual servers and their destinations.
+    let mut dest_dels = Vec::new();
+    for (key, want) in &desired.services {
+        match observed.services.get(key) {
+            None => {
+                p.ops.push(Op::AddService {
+                    key: *key,
+                    service: without_destinations(want),
+                });
+                for (d, w) in &want.destinations {
+                    p.ops.push(Op::AddDestination {
+                        key: *key,
+                        destination: *d,
+                        weight: *w,
+                    });
+                }
+            }
+            Some(have) => {
+                if want.settings_differ(have) {
+                    p.ops.push(Op::UpdateService {
+                        key: *key,
+                        service: without_destinations(want),
+                    });
+                }
+                for (d, w) in &want.destinations {
+                    match have.destinations.get(d) {
+                        None => p.ops.push(Op::AddDestination {
+                            key: *key,
+                            destination: *d,
+                            weight: *w,
+                        }),
+                        Some(hw) if hw != w => p.ops.push(Op::UpdateDestination {
+                            key: *key,
+                            destination: *d,
+                            weight: *w,
+                        }),
+                        Some(_) => {}
+                    }
+                }
+                for d in have.destinations.keys() {
+                    if !want.destinations.contains_key(d) {
+                        dest_dels.push(Op::DelDestination {
+                            key: *key,
+                            destination: *d,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    p.ops.extend(dest_dels);
+    for key in observed.services.keys() {
+        if desired.services.contains_key(key) || !owns(observed, key) {
+            continue;
+        }
+        if exclude_cidrs.iter().any(|c| c.contains(&key.address)) {
+            continue;
+        }
+        p.ops.push(Op::DelService(*key));
+    }
+    for ip in observed.addresses.difference(&desired.addresses) {
+        p.ops.push(Op::DelAddress(*ip));
+    }
+    p.ops.extend(late);
+    p
+}
+
+fn without_destinations(vs: &VirtualServer) -> VirtualServer {
+    VirtualServer {
+        destinations: BTreeMap::new(),
+        ..vs.clone()
+    }
+}
+
+fn same_chains(a: &Rules, b: &Rules) -> bool {
+    a.chains == b.chains && a.rules == b.rules
+}

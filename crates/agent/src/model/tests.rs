@@ -1,0 +1,482 @@
+//! Table-driven tests of the desired state and of the plan.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::cluster::{Family, Protocol, ServiceType};
+use super::desired::desired;
+use super::fixtures::*;
+use super::kernel::{KernelState, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey};
+use super::plan::{Op, plan};
+use super::sets;
+
+fn key(addr: &str, protocol: Protocol, port: u16) -> VsKey {
+    VsKey {
+        address: ip(addr),
+        protocol,
+        port,
+    }
+}
+
+fn dests(vs: &VirtualServer) -> Vec<String> {
+    vs.destinations
+        .iter()
+        .map(|(d, w)| format!("{d} w{w}"))
+        .collect()
+}
+
+fn entries(state: &KernelState, name: &str) -> Vec<String> {
+    state.sets[name]
+        .entries
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+#[test]
+fn cluster_ip_service_gets_a_vip_a_virtual_server_and_set_entries() {
+    let c = cluster(
+        vec![
+            svc("web")
+                .cluster_ip("10.96.0.10")
+                .port("http", Protocol::Tcp, 80)
+                .port("dns", Protocol::Udp, 53),
+        ],
+        vec![
+            eps("web", "http", Protocol::Tcp, 8080)
+                .ready("10.244.0.2", "node-a")
+                .ready("10.244.1.2", "node-b"),
+            eps("web", "dns", Protocol::Udp, 5353).ready("10.244.0.2", "node-a"),
+        ],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    assert_eq!(d.addresses, BTreeSet::from([ip("10.96.0.10")]));
+    let http = &d.services[&key("10.96.0.10", Protocol::Tcp, 80)];
+    assert_eq!(http.scheduler, "rr");
+    assert_eq!(dests(http), ["10.244.0.2:8080 w1", "10.244.1.2:8080 w1"]);
+    assert_eq!(
+        dests(&d.services[&key("10.96.0.10", Protocol::Udp, 53)]),
+        ["10.244.0.2:5353 w1"]
+    );
+    assert_eq!(
+        entries(&d, "KUBE-CLUSTER-IP"),
+        ["10.96.0.10,tcp:80", "10.96.0.10,udp:53"]
+    );
+    // Only the local endpoint goes into the hairpin set.
+    assert_eq!(
+        entries(&d, "KUBE-LOOP-BACK"),
+        [
+            "10.244.0.2,tcp:8080,10.244.0.2",
+            "10.244.0.2,udp:5353,10.244.0.2"
+        ]
+    );
+    assert_eq!(entries(&d, "KUBE-IPVS-IPS"), ["10.96.0.10"]);
+    assert_eq!(
+        entries(&d, "KUBE-IPVS-OWNED"),
+        ["10.96.0.10,tcp:80", "10.96.0.10,udp:53"]
+    );
+}
+
+#[test]
+fn headless_and_external_name_services_get_nothing() {
+    let c = cluster(
+        vec![
+            svc("headless").tcp(80),
+            svc("alias")
+                .cluster_ip("10.96.0.11")
+                .tcp(80)
+                .kind(ServiceType::ExternalName),
+        ],
+        vec![eps("headless", "", Protocol::Tcp, 80).ready("10.244.0.2", "node-a")],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    assert!(d.services.is_empty());
+    assert!(d.addresses.is_empty());
+}
+
+#[test]
+fn node_port_is_served_on_every_node_address_but_loopback_and_link_local() {
+    let c = cluster(
+        vec![svc("np").cluster_ip("10.96.0.12").tcp(80).node_port(30080)],
+        vec![eps("np", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a")],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    let keys: Vec<String> = d.services.keys().map(|k| k.to_string()).collect();
+    assert_eq!(keys, ["10.96.0.12:80/tcp", "192.168.1.10:30080/tcp"]);
+    assert_eq!(entries(&d, "KUBE-NODE-PORT-TCP"), ["30080"]);
+    // Node addresses are not bound on kube-ipvs0.
+    assert_eq!(d.addresses, BTreeSet::from([ip("10.96.0.12")]));
+}
+
+#[test]
+fn nodeport_addresses_limit_the_node_addresses() {
+    let c = cluster(
+        vec![svc("np").cluster_ip("10.96.0.12").tcp(80).node_port(30080)],
+        vec![],
+    );
+    let mut h = host();
+    h.addresses.push(super::desired::LocalAddress {
+        interface: "eth1".into(),
+        address: ip("172.16.0.5"),
+    });
+    let cfg = super::config::ProxyConfig {
+        nodeport_addresses: vec!["172.16.0.0/16".parse().unwrap()],
+        ..config()
+    };
+    let d = desired(&c, &cfg, &h).state;
+    assert!(
+        d.services
+            .contains_key(&key("172.16.0.5", Protocol::Tcp, 30080))
+    );
+    assert!(
+        !d.services
+            .contains_key(&key("192.168.1.10", Protocol::Tcp, 30080))
+    );
+}
+
+#[test]
+fn sctp_node_ports_use_the_hash_set_with_node_addresses() {
+    let c = cluster(
+        vec![
+            svc("s")
+                .cluster_ip("10.96.0.13")
+                .port("", Protocol::Sctp, 9)
+                .node_port(30009),
+        ],
+        vec![],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    assert_eq!(
+        entries(&d, "KUBE-NODE-PORT-SCTP-HASH"),
+        ["192.168.1.10,sctp:30009"]
+    );
+}
+
+#[test]
+fn external_and_load_balancer_ips_are_bound_unless_already_local() {
+    let c = cluster(
+        vec![
+            svc("lb")
+                .cluster_ip("10.96.0.14")
+                .tcp(443)
+                .node_port(30443)
+                .load_balancer("203.0.113.7")
+                .external_ip("192.168.1.10"),
+        ],
+        vec![],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    // 192.168.1.10 is the node's own address: served, not bound.
+    assert_eq!(
+        d.addresses,
+        BTreeSet::from([ip("10.96.0.14"), ip("203.0.113.7")])
+    );
+    assert!(
+        d.services
+            .contains_key(&key("203.0.113.7", Protocol::Tcp, 443))
+    );
+    assert!(
+        d.services
+            .contains_key(&key("192.168.1.10", Protocol::Tcp, 443))
+    );
+    assert_eq!(entries(&d, "KUBE-LOAD-BALANCER"), ["203.0.113.7,tcp:443"]);
+    assert_eq!(entries(&d, "KUBE-EXTERNAL-IP"), ["192.168.1.10,tcp:443"]);
+}
+
+#[test]
+fn session_affinity_sets_persistence_and_mh_sets_the_port_flag() {
+    let c = cluster(
+        vec![svc("sticky").cluster_ip("10.96.0.15").tcp(80).affinity(600)],
+        vec![],
+    );
+    let cfg = super::config::ProxyConfig {
+        scheduler: "mh".into(),
+        ..config()
+    };
+    let d = desired(&c, &cfg, &host()).state;
+    let vs = &d.services[&key("10.96.0.15", Protocol::Tcp, 80)];
+    assert_eq!(vs.persistence, Some(Duration::from_secs(600)));
+    assert_eq!(vs.sched_flags, SCHED_FLAG_PORT);
+    assert_eq!(vs.scheduler, "mh");
+}
+
+#[test]
+fn external_traffic_policy_local_uses_local_endpoints_and_local_sets() {
+    let c = cluster(
+        vec![
+            svc("l")
+                .cluster_ip("10.96.0.16")
+                .tcp(80)
+                .node_port(30016)
+                .load_balancer("203.0.113.8")
+                .etp_local(),
+        ],
+        vec![
+            eps("l", "", Protocol::Tcp, 8080)
+                .ready("10.244.0.2", "node-a")
+                .ready("10.244.1.2", "node-b"),
+        ],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    assert_eq!(
+        dests(&d.services[&key("10.96.0.16", Protocol::Tcp, 80)]).len(),
+        2
+    );
+    assert_eq!(
+        dests(&d.services[&key("192.168.1.10", Protocol::Tcp, 30016)]),
+        ["10.244.0.2:8080 w1"]
+    );
+    assert_eq!(entries(&d, "KUBE-NODE-PORT-LOCAL-TCP"), ["30016"]);
+    assert_eq!(
+        entries(&d, "KUBE-LOAD-BALANCER-LOCAL"),
+        ["203.0.113.8,tcp:80"]
+    );
+}
+
+#[test]
+fn dual_stack_uses_kube_6_sets() {
+    let c = cluster(
+        vec![
+            svc("v6")
+                .cluster_ip("10.96.0.17")
+                .cluster_ip("fd00::17")
+                .tcp(80),
+        ],
+        vec![],
+    );
+    let cfg = super::config::ProxyConfig {
+        families: vec![Family::V4, Family::V6],
+        ..config()
+    };
+    let d = desired(&c, &cfg, &host()).state;
+    assert_eq!(entries(&d, "KUBE-6-CLUSTER-IP"), ["fd00::17,tcp:80"]);
+    assert_eq!(entries(&d, "KUBE-CLUSTER-IP"), ["10.96.0.17,tcp:80"]);
+    assert!(d.rules.contains_key(&Family::V6));
+}
+
+#[test]
+fn two_services_wanting_one_virtual_server_keep_the_first() {
+    let c = cluster(
+        vec![
+            svc("a")
+                .cluster_ip("10.96.0.18")
+                .tcp(80)
+                .external_ip("198.51.100.1"),
+            svc("b")
+                .cluster_ip("10.96.0.19")
+                .tcp(80)
+                .external_ip("198.51.100.1"),
+        ],
+        vec![],
+    );
+    let d = desired(&c, &config(), &host());
+    assert_eq!(d.conflicts.len(), 1, "{:?}", d.conflicts);
+    assert_eq!(d.owners[&key("198.51.100.1", Protocol::Tcp, 80)].name, "a");
+}
+
+// ---- plan ----
+
+/// Applies a plan to an in-memory kernel, the way the real dataplane would.
+fn apply(state: &mut KernelState, ops: &[Op]) {
+    for op in ops {
+        match op {
+            Op::CreateLink => state.link = true,
+            Op::SetSysctl { key, value } => {
+                state.sysctls.insert(key.clone(), value.clone());
+            }
+            Op::CreateSet { name, kind, family } => {
+                state.sets.insert(
+                    name.clone(),
+                    super::kernel::Set {
+                        kind: *kind,
+                        family: *family,
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            Op::AddEntries { set, entries } => state
+                .sets
+                .get_mut(set)
+                .unwrap()
+                .entries
+                .extend(entries.iter().copied()),
+            Op::DelEntries { set, entries } => {
+                for e in entries {
+                    state.sets.get_mut(set).unwrap().entries.remove(e);
+                }
+            }
+            Op::AddAddress(ip) => {
+                state.addresses.insert(*ip);
+            }
+            Op::DelAddress(ip) => {
+                state.addresses.remove(ip);
+            }
+            Op::WriteRules { .. } => {}
+            Op::AddService { key, service } => {
+                assert!(
+                    state.services.insert(*key, service.clone()).is_none(),
+                    "{key} added twice"
+                );
+            }
+            Op::UpdateService { key, service } => {
+                let vs = state.services.get_mut(key).unwrap();
+                let dests = std::mem::take(&mut vs.destinations);
+                *vs = VirtualServer {
+                    destinations: dests,
+                    ..service.clone()
+                };
+            }
+            Op::AddDestination {
+                key,
+                destination,
+                weight,
+            }
+            | Op::UpdateDestination {
+                key,
+                destination,
+                weight,
+            } => {
+                state
+                    .services
+                    .get_mut(key)
+                    .unwrap()
+                    .destinations
+                    .insert(*destination, *weight);
+            }
+            Op::DelDestination { key, destination } => {
+                state
+                    .services
+                    .get_mut(key)
+                    .unwrap()
+                    .destinations
+                    .remove(destination);
+            }
+            Op::DelService(key) => {
+                state.services.remove(key).unwrap();
+            }
+        }
+    }
+}
+
+fn web(endpoints: &[&str]) -> super::cluster::Cluster {
+    let mut slice = eps("web", "", Protocol::Tcp, 8080);
+    for e in endpoints {
+        slice = slice.ready(e, "node-b");
+    }
+    cluster(
+        vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
+        vec![slice],
+    )
+}
+
+#[test]
+fn applying_a_plan_then_planning_again_gives_nothing() {
+    let want = desired(&web(&["10.244.1.2", "10.244.1.3"]), &config(), &host()).state;
+    let mut kernel = KernelState::default();
+    let first = plan(&want, &kernel, &[]);
+    apply(&mut kernel, &first.ops);
+    // Rules are observed as written by the dataplane.
+    kernel.rules = want.rules.clone();
+    let again = plan(&want, &kernel, &[]);
+    assert!(again.is_empty(), "{:?}", again.ops);
+}
+
+#[test]
+fn claims_come_before_services_and_addresses_before_removals() {
+    let want = desired(&web(&["10.244.1.2"]), &config(), &host()).state;
+    let ops = plan(&want, &KernelState::default(), &[]).ops;
+    let pos = |f: &dyn Fn(&Op) -> bool| ops.iter().position(f).unwrap();
+    let claim = pos(&|o| matches!(o, Op::AddEntries { set, .. } if set == sets::OWNED.name));
+    let add_vs = pos(&|o| matches!(o, Op::AddService { .. }));
+    let rules = pos(&|o| matches!(o, Op::WriteRules { .. }));
+    assert!(claim < add_vs && rules < add_vs, "{ops:?}");
+}
+
+#[test]
+fn an_endpoint_change_touches_only_that_destination() {
+    let old = desired(&web(&["10.244.1.2", "10.244.1.3"]), &config(), &host()).state;
+    let mut kernel = KernelState::default();
+    let first = plan(&old, &kernel, &[]).ops;
+    apply(&mut kernel, &first);
+    kernel.rules = old.rules.clone();
+    let new = desired(&web(&["10.244.1.2", "10.244.1.4"]), &config(), &host()).state;
+    let ops = plan(&new, &kernel, &[]).ops;
+    let k = key("10.96.0.10", Protocol::Tcp, 80);
+    assert_eq!(
+        ops,
+        vec![
+            Op::AddDestination {
+                key: k,
+                destination: "10.244.1.4:8080".parse().unwrap(),
+                weight: 1
+            },
+            Op::DelDestination {
+                key: k,
+                destination: "10.244.1.3:8080".parse().unwrap()
+            },
+        ]
+    );
+}
+
+#[test]
+fn foreign_virtual_servers_are_never_deleted_and_own_ones_are() {
+    let want = desired(&web(&["10.244.1.2"]), &config(), &host()).state;
+    let mut kernel = KernelState::default();
+    let first = plan(&want, &kernel, &[]).ops;
+    apply(&mut kernel, &first);
+    kernel.rules = want.rules.clone();
+    // keepalived's service on some address, and one of ours whose Service went away.
+    let foreign = key("192.0.2.50", Protocol::Tcp, 80);
+    let stale = key("10.96.0.99", Protocol::Tcp, 80);
+    let vs = VirtualServer {
+        scheduler: "wlc".into(),
+        sched_flags: 0,
+        persistence: None,
+        destinations: Default::default(),
+    };
+    kernel.services.insert(foreign, vs.clone());
+    kernel.services.insert(stale, vs);
+    kernel
+        .sets
+        .get_mut("KUBE-IPVS-OWNED")
+        .unwrap()
+        .entries
+        .insert(SetEntry::IpPort(stale.address, Protocol::Tcp, 80));
+    let ops = plan(&want, &kernel, &[]).ops;
+    assert!(ops.contains(&Op::DelService(stale)), "{ops:?}");
+    assert!(!ops.contains(&Op::DelService(foreign)), "{ops:?}");
+    // The claim goes after the service.
+    let del = ops
+        .iter()
+        .position(|o| *o == Op::DelService(stale))
+        .unwrap();
+    let unclaim = ops
+        .iter()
+        .position(|o| matches!(o, Op::DelEntries { set, .. } if set == "KUBE-IPVS-OWNED"))
+        .unwrap();
+    assert!(del < unclaim);
+    // Excluded CIDRs protect even owned servers.
+    let ops = plan(&want, &kernel, &["10.96.0.0/24".parse().unwrap()]).ops;
+    assert!(!ops.contains(&Op::DelService(stale)));
+}
+
+#[test]
+fn a_set_of_the_wrong_type_is_left_alone_with_a_warning() {
+    let want = desired(&web(&["10.244.1.2"]), &config(), &host()).state;
+    let mut kernel = KernelState::default();
+    kernel.sets.insert(
+        "KUBE-NODE-PORT-TCP".into(),
+        super::kernel::Set {
+            kind: super::kernel::SetKind::HashIp,
+            family: Family::V4,
+            entries: BTreeSet::new(),
+        },
+    );
+    let p = plan(&want, &kernel, &[]);
+    assert_eq!(p.warnings.len(), 1);
+    assert!(
+        !p.ops
+            .iter()
+            .any(|o| matches!(o, Op::CreateSet { name, .. } if name == "KUBE-NODE-PORT-TCP"))
+    );
+}
