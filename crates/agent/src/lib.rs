@@ -4,4 +4,6 @@
 //! - [`model`]: pure: the cluster snapshot, the desired kernel state, the plan.
 #![forbid(unsafe_code)]
 
+pub mod dataplane;
 pub mod model;
+pub mod sync;

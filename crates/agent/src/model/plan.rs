@@ -13,7 +13,6 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::cluster::Family;
-use super::iptables::restore_input;
 use super::kernel::{KernelState, Rules, SetEntry, SetKind, VirtualServer, VsKey};
 use super::sets::{self, set_name};
 
@@ -47,12 +46,15 @@ pub enum Op {
     },
     /// Bind an address on `kube-ipvs0`.
     AddAddress(IpAddr),
-    /// Rewrite the agent's chains of one family with one `iptables-restore --noflush`.
+    /// Rewrite the agent's chains of one family with one `iptables-restore --noflush` (its
+    /// input is `iptables::restore_input(rules, missing_jumps)`).
     WriteRules {
         /// The family (iptables or ip6tables).
         family: Family,
-        /// The complete restore input.
-        input: String,
+        /// The rules to hold.
+        rules: Rules,
+        /// Jumps from built-in chains to prepend, because they are missing.
+        missing_jumps: Vec<(String, String)>,
     },
     /// Create a virtual server (without destinations).
     AddService {
@@ -116,10 +118,15 @@ impl fmt::Display for Op {
             }
             Op::AddEntries { set, entries } => write!(f, "add {} entries to {set}", entries.len()),
             Op::AddAddress(ip) => write!(f, "bind {ip}"),
-            Op::WriteRules { family, input } => write!(
+            Op::WriteRules {
+                family,
+                rules,
+                missing_jumps,
+            } => write!(
                 f,
-                "write {} rules ({family:?})",
-                input.lines().filter(|l| l.starts_with('-')).count()
+                "write {} rules, {} jumps ({family:?})",
+                rules.rules.len(),
+                missing_jumps.len()
             ),
             Op::AddService { key, service } => write!(f, "add service {key} {}", service.scheduler),
             Op::UpdateService { key, service } => {
@@ -249,7 +256,8 @@ pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNe
         if !same_chains(want, &have) || !missing.is_empty() {
             p.ops.push(Op::WriteRules {
                 family: *family,
-                input: restore_input(want, &missing),
+                rules: want.clone(),
+                missing_jumps: missing,
             });
         }
     }

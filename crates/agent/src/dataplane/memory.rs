@@ -1,0 +1,140 @@
+//! An in-memory kernel: applies plans to a [`KernelState`] exactly as the real dataplane
+//! would, for tests of the sync loop.
+
+use std::collections::BTreeSet;
+
+use super::{Applied, Dataplane, Error, Observation};
+use crate::model::desired::Host;
+use crate::model::kernel::{KernelState, Set, VirtualServer};
+use crate::model::plan::{Op, Plan};
+
+/// The in-memory kernel.
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    /// The current state.
+    pub state: KernelState,
+    /// The host facts reported by `observe`.
+    pub host: Host,
+    /// Every plan applied so far.
+    pub applied: Vec<Plan>,
+    /// Number of `observe` calls.
+    pub observed: usize,
+}
+
+impl Memory {
+    /// Applies one operation; fails like the kernel would (missing object, duplicate).
+    pub fn apply_op(&mut self, op: &Op) -> Result<(), String> {
+        let s = &mut self.state;
+        match op {
+            Op::CreateLink => s.link = true,
+            Op::SetSysctl { key, value } => {
+                s.sysctls.insert(key.clone(), value.clone());
+            }
+            Op::CreateSet { name, kind, family } => {
+                if s.sets.contains_key(name) {
+                    return Err(format!("set {name} exists"));
+                }
+                s.sets.insert(
+                    name.clone(),
+                    Set {
+                        kind: *kind,
+                        family: *family,
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            Op::AddEntries { set, entries } => {
+                let set = s.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?;
+                set.entries.extend(entries.iter().copied());
+            }
+            Op::DelEntries { set, entries } => {
+                let set = s.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?;
+                for e in entries {
+                    set.entries.remove(e);
+                }
+            }
+            Op::AddAddress(ip) => {
+                if !s.link {
+                    return Err("no link".into());
+                }
+                s.addresses.insert(*ip);
+            }
+            Op::DelAddress(ip) => {
+                s.addresses.remove(ip);
+            }
+            Op::WriteRules { family, rules, .. } => {
+                // Holds every jump afterwards, as the kernel does.
+                s.rules.insert(*family, rules.clone());
+            }
+            Op::AddService { key, service } => {
+                if s.services.insert(*key, service.clone()).is_some() {
+                    return Err(format!("{key} exists"));
+                }
+            }
+            Op::UpdateService { key, service } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| format!("no service {key}"))?;
+                let destinations = std::mem::take(&mut vs.destinations);
+                *vs = VirtualServer {
+                    destinations,
+                    ..service.clone()
+                };
+            }
+            Op::AddDestination {
+                key,
+                destination,
+                weight,
+            }
+            | Op::UpdateDestination {
+                key,
+                destination,
+                weight,
+            } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| format!("no service {key}"))?;
+                vs.destinations.insert(*destination, *weight);
+            }
+            Op::DelDestination { key, destination } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| format!("no service {key}"))?;
+                vs.destinations
+                    .remove(destination)
+                    .ok_or_else(|| format!("no destination {destination}"))?;
+            }
+            Op::DelService(key) => {
+                s.services
+                    .remove(key)
+                    .ok_or_else(|| format!("no service {key}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Dataplane for Memory {
+    async fn observe(&mut self) -> Result<Observation, Error> {
+        self.observed += 1;
+        Ok(Observation {
+            state: self.state.clone(),
+            host: self.host.clone(),
+        })
+    }
+
+    async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+        let mut applied = Applied::default();
+        for op in &plan.ops {
+            match self.apply_op(op) {
+                Ok(()) => applied.done += 1,
+                Err(e) => applied.failed.push((op.to_string(), e)),
+            }
+        }
+        self.applied.push(plan.clone());
+        Ok(applied)
+    }
+}

@@ -1,0 +1,341 @@
+//! The sync loop: level-triggered. Source events only wake it; each sync recomputes the desired
+//! state from the latest cluster snapshot, diffs it against the kernel and applies the plan.
+//!
+//! The kernel is read once at start and at every full sync (`--ipvs-sync-period`), which also
+//! repairs drift; in between, the agent diffs against its own record of what it applied, so an
+//! endpoint change costs only the operations it needs. Syncs are at least
+//! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
+//! snapshot: an empty cache must never mean "delete everything".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::dataplane::memory::Memory;
+use crate::dataplane::{Applied, Dataplane, Error, Observation};
+use crate::model::cluster::Cluster;
+use crate::model::config::ProxyConfig;
+use crate::model::desired::desired;
+use crate::model::plan::{Plan, plan};
+
+/// Timing of the loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Periods {
+    /// Full re-read and repair period.
+    pub sync: Duration,
+    /// Minimum time between two syncs.
+    pub min_sync: Duration,
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Whether the kernel was read first.
+    pub full: bool,
+    /// The plan applied.
+    pub plan: Plan,
+    /// What applying it did.
+    pub applied: Applied,
+    /// Conflicts and warnings of the desired state and the plan.
+    pub warnings: Vec<String>,
+}
+
+/// Runs syncs against a dataplane.
+pub struct Syncer<D> {
+    dataplane: D,
+    config: ProxyConfig,
+    /// What the agent believes the kernel holds: the last observation with every applied
+    /// plan replayed on it.
+    shadow: Option<Memory>,
+}
+
+impl<D: Dataplane> Syncer<D> {
+    /// A syncer for `config` over `dataplane`.
+    pub fn new(dataplane: D, config: ProxyConfig) -> Self {
+        Self {
+            dataplane,
+            config,
+            shadow: None,
+        }
+    }
+
+    /// The dataplane (for tests and cleanup).
+    pub fn dataplane(&mut self) -> &mut D {
+        &mut self.dataplane
+    }
+
+    /// One sync of `cluster`. With `full`, or when the last apply had failures, the kernel
+    /// is read first.
+    pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
+        let full = full || self.shadow.is_none();
+        if full {
+            let Observation { state, host } = self.dataplane.observe().await?;
+            self.shadow = Some(Memory {
+                state,
+                host,
+                ..Memory::default()
+            });
+        }
+        let shadow = self.shadow.as_mut().expect("observed above");
+        let want = desired(cluster, &self.config, &shadow.host);
+        let p = plan(&want.state, &shadow.state, &self.config.exclude_cidrs);
+        let mut warnings = want.conflicts;
+        warnings.extend(p.warnings.iter().cloned());
+        let applied = if p.is_empty() {
+            Applied::default()
+        } else {
+            self.dataplane.apply(&p).await?
+        };
+        if applied.failed.is_empty() {
+            for op in &p.ops {
+                // The plan was made against the shadow, so replaying it cannot fail.
+                let _ = shadow.apply_op(op);
+            }
+        } else {
+            // Something failed: the kernel is not what we think; read it again next time.
+            self.shadow = None;
+        }
+        Ok(Report {
+            full,
+            plan: p,
+            applied,
+            warnings,
+        })
+    }
+}
+
+/// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
+/// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has
+/// listed everything once.
+pub async fn run<D: Dataplane>(
+    syncer: &mut Syncer<D>,
+    mut snapshots: watch::Receiver<Option<Arc<Cluster>>>,
+    periods: Periods,
+    shutdown: impl Future<Output = ()>,
+    mut on_report: impl FnMut(&Report),
+) {
+    tokio::pin!(shutdown);
+    let mut next_full = Instant::now();
+    let mut last_sync: Option<Instant> = None;
+    // The first pass syncs at once; later ones wait for a change or the full-sync timer.
+    let mut wait = false;
+    loop {
+        if wait {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                changed = snapshots.changed() => {
+                    if changed.is_err() {
+                        // The source is gone; keep the last state and stop.
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(next_full) => {}
+            }
+        }
+        // Debounce.
+        if let Some(last) = last_sync {
+            let earliest = last + periods.min_sync;
+            if Instant::now() < earliest {
+                tokio::select! {
+                    _ = &mut shutdown => return,
+                    _ = tokio::time::sleep_until(earliest) => {}
+                }
+            }
+        }
+        let Some(cluster) = snapshots.borrow_and_update().clone() else {
+            debug!("waiting for the source's first complete snapshot");
+            wait = true;
+            next_full = Instant::now() + periods.sync;
+            continue;
+        };
+        let full = Instant::now() >= next_full;
+        wait = true;
+        last_sync = Some(Instant::now());
+        match syncer.sync(&cluster, full).await {
+            Ok(report) => {
+                for w in &report.warnings {
+                    warn!("{w}");
+                }
+                for (op, e) in &report.applied.failed {
+                    warn!(op = %op, error = %e, "operation failed; retrying at the next sync");
+                }
+                if !report.plan.is_empty() {
+                    info!(
+                        full = report.full,
+                        ops = report.plan.ops.len(),
+                        failed = report.applied.failed.len(),
+                        "synced"
+                    );
+                }
+                if !report.applied.failed.is_empty() {
+                    // Retry soon, with the kernel read again.
+                    next_full = Instant::now() + periods.min_sync.max(Duration::from_secs(1));
+                } else if full {
+                    next_full = Instant::now() + periods.sync;
+                }
+                on_report(&report);
+            }
+            Err(e) => {
+                warn!(error = %e, "sync failed; retrying");
+                next_full = Instant::now() + periods.min_sync.max(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cluster::{
+        Endpoint, EndpointPort, EndpointSlice, Family, Protocol, Service, ServicePort, ServiceRef,
+        ServiceType, TrafficPolicy,
+    };
+    use crate::model::plan::Op;
+
+    fn web(endpoints: &[&str]) -> Cluster {
+        let id = ServiceRef::new("default", "web");
+        let mut c = Cluster::default();
+        c.services.insert(
+            id.clone(),
+            Service {
+                id: id.clone(),
+                kind: ServiceType::ClusterIp,
+                cluster_ips: vec!["10.96.0.10".parse().unwrap()],
+                ports: vec![ServicePort {
+                    name: String::new(),
+                    protocol: Protocol::Tcp,
+                    port: 80,
+                    node_port: None,
+                }],
+                external_ips: vec![],
+                load_balancer_ips: vec![],
+                session_affinity: None,
+                external_traffic_policy: TrafficPolicy::Cluster,
+                internal_traffic_policy: TrafficPolicy::Cluster,
+                health_check_node_port: None,
+                load_balancer_source_ranges: vec![],
+            },
+        );
+        c.slices.insert(
+            ("default".into(), "web-1".into()),
+            EndpointSlice {
+                name: "web-1".into(),
+                service: id,
+                family: Family::V4,
+                ports: vec![EndpointPort {
+                    name: String::new(),
+                    protocol: Protocol::Tcp,
+                    port: 8080,
+                }],
+                endpoints: endpoints
+                    .iter()
+                    .map(|a| Endpoint {
+                        address: a.parse().unwrap(),
+                        ready: true,
+                        serving: true,
+                        terminating: false,
+                        node_name: Some("other".into()),
+                        zone: None,
+                        zone_hints: vec![],
+                        node_hints: vec![],
+                    })
+                    .collect(),
+            },
+        );
+        c
+    }
+
+    #[tokio::test]
+    async fn incremental_syncs_read_the_kernel_only_when_full() {
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert!(r.full, "the first sync reads the kernel");
+        let r = s
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), false)
+            .await
+            .unwrap();
+        assert!(!r.full);
+        assert_eq!(r.plan.ops.len(), 1, "{:?}", r.plan.ops);
+        assert!(matches!(r.plan.ops[0], Op::AddDestination { .. }));
+        assert_eq!(s.dataplane().observed, 1);
+        // Nothing changed: nothing sent.
+        let r = s
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+        assert_eq!(s.dataplane().observed, 2);
+    }
+
+    #[tokio::test]
+    async fn a_full_sync_repairs_drift() {
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        // Someone deletes our service behind our back.
+        s.dataplane().state.services.clear();
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert!(r.plan.is_empty(), "an incremental sync trusts its record");
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert!(
+            r.plan
+                .ops
+                .iter()
+                .any(|o| matches!(o, Op::AddService { .. })),
+            "{:?}",
+            r.plan.ops
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_kernel_change_before_the_first_snapshot_and_debounced_after() {
+        let (tx, rx) = watch::channel(None);
+        let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
+        let periods = Periods {
+            sync: Duration::from_secs(30),
+            min_sync: Duration::from_secs(1),
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let driver = async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+            // A burst of changes inside one min-sync period...
+            for n in 3..8 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let eps: Vec<String> = (2..n).map(|i| format!("10.244.0.{i}")).collect();
+                let refs: Vec<&str> = eps.iter().map(String::as_str).collect();
+                tx.send(Some(Arc::new(web(&refs)))).unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop_tx.send(()).unwrap();
+            tx
+        };
+        let mut reports = Vec::new();
+        let run_loop = run(
+            &mut syncer,
+            rx,
+            periods,
+            async { stop_rx.await.unwrap_or(()) },
+            |r| reports.push(r.plan.ops.len()),
+        );
+        let (_tx, ()) = tokio::join!(driver, run_loop);
+        // ...is applied in at most two syncs: the first snapshot, then the rest together.
+        assert!(reports.len() <= 2, "{reports:?}");
+        assert_eq!(
+            syncer
+                .dataplane()
+                .state
+                .services
+                .values()
+                .next()
+                .unwrap()
+                .destinations
+                .len(),
+            5
+        );
+        // Nothing was applied while the snapshot was None.
+        assert!(syncer.dataplane().applied.iter().all(|p| !p.is_empty()));
+    }
+}
