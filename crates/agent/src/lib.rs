@@ -5,5 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dataplane;
+pub mod k8s;
 pub mod model;
+pub mod source;
 pub mod sync;

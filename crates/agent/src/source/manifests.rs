@@ -1,0 +1,3 @@
+pub struct Loaded;
+pub fn load() {}
+pub fn watch() {}

@@ -1,0 +1,9 @@
+//! Where the cluster snapshot comes from when no API server is used.
+//!
+//! [`manifests`] reads Services, EndpointSlices and Nodes from YAML or JSON files, converts
+//! them with [`crate::k8s::convert`], and watches the files so that a change triggers a
+//! new sync.
+
+pub mod manifests;
+
+pub use manifests::{Loaded, load, watch};
