@@ -1,1 +1,525 @@
-//! Kernel tests of ipvs-netlink, run inside the lab VM.
+//! Kernel tests of ipvs-netlink, run inside the lab VM
+//! (`cargo run -p lab -- test -p ipvs-netlink`). Each test owns a network namespace, so
+//! IPVS state starts empty; `ipvsadm` is the reference both ways.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use ipvs_netlink::{
+    AddressFamily, DaemonState, Destination, ForwardMethod, Handle, Netmask, Protocol, Scheduler,
+    Service, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelFlags, TunnelType,
+};
+use lab::guest::{Netns, sh, try_sh};
+
+/// Runs `f` with a handle on a current-thread runtime built on the test's thread, so the
+/// socket lives in the test's namespace.
+fn with_handle<F, Fut>(f: F)
+where
+    F: FnOnce(Handle) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let handle = ipvs_netlink::connect().await.expect("connect");
+        f(handle).await
+    });
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Services ipvsadm makes, read back by the library: every scheduler, flag, protocol,
+/// family, fwmark, persistence engine and forwarding method.
+#[test]
+fn library_reads_what_ipvsadm_made() {
+    let _ns = Netns::fresh();
+    for (i, s) in Scheduler::KNOWN.iter().enumerate() {
+        sh(&format!("ipvsadm -A -t 10.1.0.{i}:80 -s {}", s.name()));
+    }
+    sh("ipvsadm -A -t 192.168.1.1:443 -s wrr -p 300 -M 255.255.255.0");
+    sh("ipvsadm -A -u 10.96.0.10:53 -s sh -b sh-fallback,sh-port");
+    sh("ipvsadm -A -u 10.96.0.11:53 -s mh -b mh-fallback,mh-port -o");
+    sh("ipvsadm -A --sctp-service 10.96.0.12:9000 -s lc");
+    sh("ipvsadm -A -t [2001:db8::1]:80 -s wlc -p 60 -M 64");
+    sh("ipvsadm -A -f 7 -s lblc");
+    sh("ipvsadm -A -f 8 -6 -s lblcr -p");
+    sh("ipvsadm -A -t 10.96.0.13:80 -s dh --pe sip -p 10");
+    sh("ipvsadm -a -t 10.1.0.0:80 -r 10.244.0.2:8080 -m -w 1");
+    sh("ipvsadm -a -t 10.1.0.0:80 -r 10.244.0.3:8080 -g -w 0 -x 100 -y 10");
+    sh(
+        "ipvsadm -a -t 10.1.0.0:80 -r 10.244.0.4:8080 -i -w 3 --tun-type gue --tun-port 6080 --tun-csum",
+    );
+    sh("ipvsadm -a -t 10.1.0.0:80 -r 10.244.0.5 -i --tun-type gre --tun-csum");
+    sh("ipvsadm -a -t [2001:db8::1]:80 -r [2001:db8::2]:8080 -m -w 5");
+    sh("ipvsadm -a -f 7 -r 10.244.0.9:0 -g");
+
+    with_handle(|h| async move {
+        let services = h.services().list().await.unwrap();
+        assert_eq!(services.len(), Scheduler::KNOWN.len() + 8, "{services:#?}");
+        let find = |key: ServiceKey| {
+            services
+                .iter()
+                .find(|s| s.key == key)
+                .unwrap_or_else(|| panic!("{key} missing from {services:#?}"))
+                .clone()
+        };
+        for (i, s) in Scheduler::KNOWN.iter().enumerate() {
+            let svc = find(ServiceKey::tcp(ip(&format!("10.1.0.{i}")), 80));
+            assert_eq!(&svc.scheduler, s);
+            assert_eq!(svc.flags - ServiceFlags::HASHED, ServiceFlags::empty());
+            assert_eq!(svc.netmask, Netmask::host(AddressFamily::Inet));
+            assert!(svc.stats.is_some() && svc.stats64.is_some());
+        }
+        let https = find(ServiceKey::tcp(ip("192.168.1.1"), 443));
+        assert_eq!(
+            https,
+            Service {
+                flags: https.flags | ServiceFlags::HASHED,
+                stats: https.stats,
+                stats64: https.stats64,
+                ..Service::new(https.key, Scheduler::WeightedRoundRobin)
+                    .persistent(Duration::from_secs(300))
+                    .with_netmask(Netmask::V4("255.255.255.0".parse().unwrap()))
+            }
+        );
+        let sh_svc = find(ServiceKey::udp(ip("10.96.0.10"), 53));
+        assert!(
+            sh_svc
+                .flags
+                .contains(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT)
+        );
+        let mh_svc = find(ServiceKey::udp(ip("10.96.0.11"), 53));
+        assert!(mh_svc.flags.contains(
+            ServiceFlags::MH_FALLBACK | ServiceFlags::MH_PORT | ServiceFlags::ONE_PACKET
+        ));
+        let sctp = find(ServiceKey::sctp(ip("10.96.0.12"), 9000));
+        assert_eq!(sctp.scheduler, Scheduler::LeastConnection);
+        let v6 = find(ServiceKey::tcp(ip("2001:db8::1"), 80));
+        assert_eq!(v6.netmask, Netmask::V6(64));
+        assert_eq!(v6.timeout, Duration::from_secs(60));
+        let fw = find(ServiceKey::fwmark(AddressFamily::Inet, 7));
+        assert_eq!(fw.scheduler, Scheduler::LocalityBasedLeastConnection);
+        let fw6 = find(ServiceKey::fwmark(AddressFamily::Inet6, 8));
+        assert_eq!(fw6.timeout, Duration::from_secs(360));
+        assert!(fw6.flags.contains(ServiceFlags::PERSISTENT));
+        let sip = find(ServiceKey::tcp(ip("10.96.0.13"), 80));
+        assert_eq!(sip.persistence_engine.as_deref(), Some("sip"));
+
+        let key = ServiceKey::tcp(ip("10.1.0.0"), 80);
+        let mut dests = h.destinations(&key).list().await.unwrap();
+        dests.sort_by_key(|d| d.address);
+        let strip = |d: &Destination| Destination {
+            stats: None,
+            stats64: None,
+            ..d.clone()
+        };
+        let got: Vec<Destination> = dests.iter().map(strip).collect();
+        assert_eq!(
+            got,
+            vec![
+                Destination::new(ip("10.244.0.2"), 8080, ForwardMethod::Masquerade),
+                // ipvsadm gives direct-route and tunnel destinations the service's port
+                Destination::new(ip("10.244.0.3"), 80, ForwardMethod::DirectRoute)
+                    .with_weight(0)
+                    .with_thresholds(100, 10),
+                Destination::new(ip("10.244.0.4"), 80, ForwardMethod::Tunnel)
+                    .with_weight(3)
+                    .with_tunnel(Tunnel {
+                        kind: TunnelType::Gue,
+                        port: 6080,
+                        flags: TunnelFlags::CSUM
+                    }),
+                Destination::new(ip("10.244.0.5"), 80, ForwardMethod::Tunnel).with_tunnel(Tunnel {
+                    kind: TunnelType::Gre,
+                    port: 0,
+                    flags: TunnelFlags::CSUM
+                }),
+            ]
+        );
+        assert!(
+            dests
+                .iter()
+                .all(|d| d.stats.is_some() && d.stats64.is_some())
+        );
+        let v6d = h
+            .destinations(&ServiceKey::tcp(ip("2001:db8::1"), 80))
+            .list()
+            .await
+            .unwrap();
+        assert_eq!(v6d.len(), 1);
+        assert_eq!(v6d[0].address, ip("2001:db8::2"));
+        assert_eq!(v6d[0].weight, 5);
+        let fwd = h
+            .destinations(&ServiceKey::fwmark(AddressFamily::Inet, 7))
+            .list()
+            .await
+            .unwrap();
+        assert_eq!(fwd[0].forward, ForwardMethod::DirectRoute);
+        assert_eq!((fwd[0].address, fwd[0].port), (ip("10.244.0.9"), 0));
+    });
+}
+
+/// Services the library makes, printed by `ipvsadm -Sn` exactly as expected.
+#[test]
+fn ipvsadm_prints_what_the_library_made() {
+    let _ns = Netns::fresh();
+    with_handle(|h| async move {
+        let s = h.services();
+        for (i, sched) in Scheduler::KNOWN.iter().enumerate() {
+            let key = ServiceKey::tcp(ip(&format!("10.1.0.{i}")), 80);
+            s.add(&Service::new(key, sched.clone())).await.unwrap();
+        }
+        let web = ServiceKey::tcp(ip("192.168.1.1"), 443);
+        s.add(
+            &Service::new(web, Scheduler::WeightedRoundRobin)
+                .persistent(Duration::from_secs(300))
+                .with_netmask(Netmask::V4("255.255.255.0".parse().unwrap())),
+        )
+        .await
+        .unwrap();
+        let dns = ServiceKey::udp(ip("10.96.0.10"), 53);
+        s.add(
+            &Service::new(dns, Scheduler::SourceHashing)
+                .with_flags(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT),
+        )
+        .await
+        .unwrap();
+        let mh = ServiceKey::udp(ip("10.96.0.11"), 53);
+        s.add(&Service::new(mh, Scheduler::MaglevHashing).with_flags(
+            ServiceFlags::MH_FALLBACK | ServiceFlags::MH_PORT | ServiceFlags::ONE_PACKET,
+        ))
+        .await
+        .unwrap();
+        let sctp = ServiceKey::sctp(ip("10.96.0.12"), 9000);
+        s.add(&Service::new(sctp, Scheduler::LeastConnection))
+            .await
+            .unwrap();
+        let v6 = ServiceKey::tcp(ip("2001:db8::1"), 80);
+        s.add(
+            &Service::new(v6, Scheduler::WeightedLeastConnection)
+                .persistent(Duration::from_secs(60))
+                .with_netmask(Netmask::V6(64)),
+        )
+        .await
+        .unwrap();
+        let fw = ServiceKey::fwmark(AddressFamily::Inet, 7);
+        s.add(&Service::new(fw, Scheduler::LocalityBasedLeastConnection))
+            .await
+            .unwrap();
+        let fw6 = ServiceKey::fwmark(AddressFamily::Inet6, 8);
+        s.add(
+            &Service::new(fw6, Scheduler::LocalityBasedLeastConnectionReplication)
+                .persistent(Duration::from_secs(360)),
+        )
+        .await
+        .unwrap();
+        let sip = ServiceKey::tcp(ip("10.96.0.13"), 80);
+        s.add(
+            &Service::new(sip, Scheduler::DestinationHashing)
+                .persistent(Duration::from_secs(10))
+                .with_persistence_engine("sip"),
+        )
+        .await
+        .unwrap();
+        let first = ServiceKey::tcp(ip("10.1.0.0"), 80);
+        let d = h.destinations(&first);
+        d.add(&Destination::new(
+            ip("10.244.0.2"),
+            8080,
+            ForwardMethod::Masquerade,
+        ))
+        .await
+        .unwrap();
+        d.add(
+            &Destination::new(ip("10.244.0.3"), 80, ForwardMethod::DirectRoute)
+                .with_weight(0)
+                .with_thresholds(100, 10),
+        )
+        .await
+        .unwrap();
+        d.add(
+            &Destination::new(ip("10.244.0.4"), 80, ForwardMethod::Tunnel)
+                .with_weight(3)
+                .with_tunnel(Tunnel {
+                    kind: TunnelType::Gue,
+                    port: 6080,
+                    flags: TunnelFlags::CSUM,
+                }),
+        )
+        .await
+        .unwrap();
+        d.add(&Destination::new(
+            ip("10.244.0.6"),
+            80,
+            ForwardMethod::Tunnel,
+        ))
+        .await
+        .unwrap();
+        h.destinations(&v6)
+            .add(
+                &Destination::new(ip("2001:db8::2"), 8080, ForwardMethod::Masquerade)
+                    .with_weight(5),
+            )
+            .await
+            .unwrap();
+        h.destinations(&fw)
+            .add(&Destination::new(
+                ip("10.244.0.9"),
+                0,
+                ForwardMethod::DirectRoute,
+            ))
+            .await
+            .unwrap();
+        h.destinations(&fw6)
+            .add(&Destination::new(
+                ip("2001:db8::9"),
+                0,
+                ForwardMethod::DirectRoute,
+            ))
+            .await
+            .unwrap();
+    });
+    let mut want = String::new();
+    want += "-A -t 192.168.1.1:443 -s wrr -p 300 -M 255.255.255.0\n";
+    for (i, sched) in Scheduler::KNOWN.iter().enumerate() {
+        want += &format!("-A -t 10.1.0.{i}:80 -s {}\n", sched.name());
+        if i == 0 {
+            want += "-a -t 10.1.0.0:80 -r 10.244.0.2:8080 -m -w 1\n";
+            want += "-a -t 10.1.0.0:80 -r 10.244.0.3:80 -g -w 0\n";
+            want += "-a -t 10.1.0.0:80 -r 10.244.0.4:80 -i -w 3 --tun-type gue --tun-port 6080 --tun-csum\n";
+            want += "-a -t 10.1.0.0:80 -r 10.244.0.6:80 -i -w 1 --tun-type ipip\n";
+        }
+    }
+    want += "-A -t 10.96.0.13:80 -s dh -p 10 --pe sip\n";
+    want += "-A -u 10.96.0.10:53 -s sh -b sh-fallback,sh-port\n";
+    want += "-A -u 10.96.0.11:53 -s mh -o -b mh-fallback,mh-port\n";
+    want += "-A --sctp-service 10.96.0.12:9000 -s lc\n";
+    want += "-A -t [2001:db8::1]:80 -s wlc -p 60 -M 64\n";
+    want += "-a -t [2001:db8::1]:80 -r [2001:db8::2]:8080 -m -w 5\n";
+    want += "-A -f 7 -s lblc\n";
+    want += "-a -f 7 -r 10.244.0.9:0 -g -w 1\n";
+    want += "-A -f 8 -6 -s lblcr -p 360\n";
+    want += "-a -f 8 -6 -r [2001:db8::9]:0 -g -w 1\n";
+    assert_eq!(sh("ipvsadm -Sn"), want);
+    let thresholds = sh("ipvsadm -Ln --thresholds");
+    assert!(
+        thresholds.contains("  -> 10.244.0.3:80                100        10 "),
+        "{thresholds}"
+    );
+}
+
+/// Edits and deletions, with the kernel's errors sorted and idempotent variants.
+#[test]
+fn edit_delete_and_errors_keep_errno() {
+    let _ns = Netns::fresh();
+    with_handle(|h| async move {
+        let key = ServiceKey::tcp(ip("10.2.0.1"), 80);
+        let svc = Service::new(key, Scheduler::RoundRobin);
+        h.services().add(&svc).await.unwrap();
+        let again = h.services().add(&svc).await.unwrap_err();
+        assert!(again.is_exists(), "{again:?}");
+        assert_eq!(again.errno(), Some(17));
+        // add_or_update edits the existing service instead
+        let edited = Service::new(key, Scheduler::WeightedLeastConnection)
+            .persistent(Duration::from_secs(30));
+        h.services().add_or_update(&edited).await.unwrap();
+        assert_eq!(sh("ipvsadm -Sn"), "-A -t 10.2.0.1:80 -s wlc -p 30\n");
+        let got = h.services().get(&key).await.unwrap().unwrap();
+        assert_eq!(got.scheduler, Scheduler::WeightedLeastConnection);
+        assert_eq!(got.timeout, Duration::from_secs(30));
+
+        let missing = ServiceKey::tcp(ip("10.2.0.99"), 80);
+        assert_eq!(h.services().get(&missing).await.unwrap(), None);
+        let e = h.services().del(&missing).await.unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        assert_eq!(e.errno(), Some(3));
+        h.services().del_if_exists(&missing).await.unwrap();
+        let e = h
+            .services()
+            .set(&Service::new(missing, Scheduler::RoundRobin))
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        let e = h
+            .services()
+            .add(&Service::new(missing, Scheduler::Other("nosuch".into())))
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "unknown scheduler: {e:?}");
+
+        let d = h.destinations(&key);
+        let pod = Destination::new(ip("10.244.1.2"), 8080, ForwardMethod::Masquerade);
+        d.add(&pod).await.unwrap();
+        assert!(d.add(&pod).await.unwrap_err().is_exists());
+        d.add_or_update(&pod.clone().with_weight(7)).await.unwrap();
+        d.set(&pod.clone().with_weight(9).with_thresholds(50, 5))
+            .await
+            .unwrap();
+        let got = d.list().await.unwrap();
+        assert_eq!(
+            (
+                got[0].weight,
+                got[0].upper_threshold,
+                got[0].lower_threshold
+            ),
+            (9, 50, 5)
+        );
+        let e = d.del(&ip("10.244.1.99"), 1).await.unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        assert_eq!(e.errno(), Some(2));
+        d.del_if_exists(&ip("10.244.1.99"), 1).await.unwrap();
+        d.del(&pod.address, pod.port).await.unwrap();
+        assert!(d.list().await.unwrap().is_empty());
+        let nowhere = h.destinations(&missing);
+        assert!(nowhere.add(&pod).await.unwrap_err().is_not_found());
+
+        h.services().del(&key).await.unwrap();
+        assert_eq!(sh("ipvsadm -Sn"), "");
+    });
+}
+
+/// Timeouts, info, zero, flush and sync daemons, each checked against ipvsadm.
+#[test]
+fn timeouts_info_zero_flush_and_daemons() {
+    let _ns = Netns::fresh();
+    sh("ipvsadm --set 100 20 30");
+    sh("ipvsadm -A -t 10.3.0.1:80 -s rr && ipvsadm -A -u 10.3.0.1:53 -s rr");
+    with_handle(|h| async move {
+        let t = h.timeouts().get().await.unwrap();
+        assert_eq!(
+            t,
+            Timeouts {
+                tcp: Duration::from_secs(100),
+                tcp_fin: Duration::from_secs(20),
+                udp: Duration::from_secs(30)
+            }
+        );
+        h.timeouts()
+            .set(&Timeouts {
+                tcp: Duration::from_secs(900),
+                tcp_fin: Duration::ZERO,
+                udp: Duration::from_secs(60),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            sh("ipvsadm -L --timeout"),
+            "Timeout (tcp tcpfin udp): 900 20 60\n"
+        );
+
+        let info = h.info().await.unwrap();
+        let header = sh("ipvsadm -Ln | head -1");
+        assert_eq!(
+            header,
+            format!(
+                "IP Virtual Server version {} (size={})\n",
+                info.version, info.connection_table_size
+            )
+        );
+
+        h.zero().await.unwrap();
+        h.services()
+            .zero(&ServiceKey::tcp(ip("10.3.0.1"), 80))
+            .await
+            .unwrap();
+        let e = h
+            .services()
+            .zero(&ServiceKey::tcp(ip("10.3.0.9"), 80))
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "{e:?}");
+        h.flush().await.unwrap();
+        assert_eq!(sh("ipvsadm -Sn"), "");
+        assert!(h.services().list().await.unwrap().is_empty());
+
+        let master = SyncDaemon::new(DaemonState::Master, "lo", 5);
+        h.daemons().start(&master).await.unwrap();
+        let mut backup = SyncDaemon::new(DaemonState::Backup, "lo", 6);
+        backup.max_length = Some(1400);
+        backup.group = Some(ip("224.0.0.82"));
+        backup.port = Some(8849);
+        backup.ttl = Some(2);
+        h.daemons().start(&backup).await.unwrap();
+        assert_eq!(
+            sh("ipvsadm -L --daemon"),
+            "master sync daemon (mcast=lo, syncid=5, maxlen=1472, group=224.0.0.81, port=8848, ttl=1)\n\
+             backup sync daemon (mcast=lo, syncid=6, maxlen=1400, group=224.0.0.82, port=8849, ttl=2)\n"
+        );
+        let mut daemons = h.daemons().list().await.unwrap();
+        daemons.sort_by_key(|d| d.state.to_raw());
+        assert_eq!(daemons.len(), 2);
+        assert_eq!(daemons[1], backup);
+        assert_eq!(daemons[0].group, Some(ip("224.0.0.81")));
+        assert_eq!(daemons[0].port, Some(8848));
+        assert!(h.daemons().start(&master).await.unwrap_err().is_exists());
+        h.daemons().stop(DaemonState::Master).await.unwrap();
+        h.daemons().stop(DaemonState::Backup).await.unwrap();
+        assert_eq!(sh("ipvsadm -L --daemon"), "");
+        assert!(h.daemons().list().await.unwrap().is_empty());
+    });
+}
+
+/// A batch applies many requests in few sendmsgs and reports each one's result.
+#[test]
+fn batch_reports_each_result() {
+    let _ns = Netns::fresh();
+    sh("ipvsadm -A -t 10.4.0.1:80 -s wlc");
+    with_handle(|h| async move {
+        let mut b = h.batch();
+        let mut keys = Vec::new();
+        for i in 0..600u32 {
+            let key = ServiceKey::tcp(ip(&format!("10.5.{}.{}", i / 250, i % 250)), 80);
+            b.add_service(&Service::new(key, Scheduler::RoundRobin));
+            b.add_destination(
+                &key,
+                &Destination::new(ip("10.244.9.1"), 8080, ForwardMethod::Masquerade),
+            );
+            keys.push(key);
+        }
+        let dup = b.add_service(&Service::new(keys[0], Scheduler::RoundRobin));
+        let upd = b.add_or_update_service(&Service::new(
+            ServiceKey::tcp(ip("10.4.0.1"), 80),
+            Scheduler::RoundRobin,
+        ));
+        let gone = b.del_service(&ServiceKey::tcp(ip("10.9.9.9"), 80));
+        let gone_ok = b.del_service_if_exists(&ServiceKey::tcp(ip("10.9.9.9"), 80));
+        let orphan = b.add_destination(
+            &ServiceKey::tcp(ip("10.9.9.9"), 80),
+            &Destination::new(ip("10.244.9.1"), 8080, ForwardMethod::Masquerade),
+        );
+        let n = b.len();
+        let outcome = b.send().await.unwrap();
+        assert!(
+            outcome.sendmsgs() >= 2 && outcome.sendmsgs() < n / 16,
+            "{}",
+            outcome.sendmsgs()
+        );
+        let failures: Vec<usize> = outcome.failures().map(|(i, _)| i).collect();
+        assert_eq!(failures, vec![dup, gone, orphan]);
+        let r = outcome.results();
+        assert!(r[dup].as_ref().unwrap_err().is_exists());
+        assert!(r[gone].as_ref().unwrap_err().is_not_found());
+        assert!(r[upd].is_ok() && r[gone_ok].is_ok());
+        let services: Vec<Service> = h.services().dump().try_collect().await.unwrap();
+        assert_eq!(services.len(), 601);
+        assert!(
+            services
+                .iter()
+                .all(|s| s.scheduler == Scheduler::RoundRobin)
+        );
+        assert!(services.iter().all(|s| matches!(
+            s.key,
+            ServiceKey::Inet {
+                protocol: Protocol::Tcp,
+                ..
+            }
+        )));
+    });
+    assert_eq!(sh("ipvsadm -Sn | grep -c '^-a'").trim(), "600");
+    assert!(try_sh("ipvsadm -Sn | grep -q '10.4.0.1:80 -s rr'").0);
+}
