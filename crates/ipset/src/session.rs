@@ -324,7 +324,7 @@ impl Session {
     pub fn replace(&mut self, set: &Set) -> Result<()> {
         let name = &set.header.name;
         let tmp = temp_name(name);
-        if self.header(&tmp)?.is_some() {
+        if self.exists(&tmp)? {
             self.destroy(&tmp)?;
         }
         let mut header = set.header.renamed(tmp.clone());
@@ -340,7 +340,7 @@ impl Session {
             let _ = self.destroy(&tmp);
             return Err(e);
         }
-        if self.header(name)?.is_some() {
+        if self.exists(name)? {
             if let Err(e) = self.swap(&tmp, name) {
                 let _ = self.destroy(&tmp);
                 return Err(e);
@@ -411,7 +411,51 @@ impl Session {
             .map_err(Error::from)
     }
 
+    /// Whether a set of that name exists (one non-dump request: libipset's `HEADER`).
+    pub fn exists(&mut self, set: &SetName) -> Result<bool> {
+        let _guard = lock();
+        self.exists_locked(set)
+    }
+
     // ---- internals (all called with the lock held) ----
+
+    fn exists_locked(&mut self, set: &SetName) -> Result<bool> {
+        self.reset();
+        self.set_str(sys::IPSET_SETNAME, &set.to_c());
+        // SAFETY: live session, lock held; SETNAME is set as HEADER requires.
+        let ret = unsafe { sys::ipset_cmd(self.raw.as_ptr(), sys::IPSET_CMD_HEADER, 0) };
+        self.clear_data();
+        if ret == 0 {
+            return Ok(true);
+        }
+        match self.classify(&Op::Flush(set.clone()), sys::IPSET_CMD_HEADER) {
+            Error::SetMissing { .. } => Ok(false),
+            other => Err(other),
+        }
+    }
+
+    /// Replaces the C session with a new one (same output sink, same `-exist` setting).
+    ///
+    /// Needed after a failed dump of one set: the kernel then acknowledges the request twice
+    /// and libipset reads only the first, so every later reply would be one behind (the
+    /// `ipset` tool's interactive mode shows the same "Internal protocol error"). The new
+    /// socket is opened in the calling thread's network namespace.
+    fn reopen(&mut self) {
+        // SAFETY: sink is live and at a fixed address until Drop; the lock is held.
+        let fresh = unsafe { sys::ipset_rs_session_init(self.sink) };
+        let Some(fresh) = NonNull::new(fresh) else {
+            return;
+        };
+        // SAFETY: the old session is owned and no longer used after this; the new one is live.
+        unsafe {
+            sys::ipset_session_fini(self.raw.as_ptr());
+            self.raw = fresh;
+            if self.exist {
+                sys::ipset_envopt_set(self.raw.as_ptr(), sys::IPSET_ENV_EXIST);
+            }
+            sys::ipset_cmd(self.raw.as_ptr(), sys::IPSET_CMD_NONE, 0);
+        }
+    }
 
     fn apply_one(&mut self, op: &Op) -> Result<()> {
         precheck(op)?;
@@ -432,6 +476,15 @@ impl Session {
         set: Option<&SetName>,
     ) -> Result<String> {
         let _guard = lock();
+        // A dump of one missing set would desynchronize libipset (see `reopen`): check first.
+        if let Some(set) = set
+            && !self.exists_locked(set)?
+        {
+            return Err(Error::SetMissing {
+                set: set.to_string(),
+                message: "The set with the given name does not exist".into(),
+            });
+        }
         self.reset();
         let raw = self.raw.as_ptr();
         // SAFETY: live session, lock held; the name is a NUL-terminated copy that outlives the
@@ -464,7 +517,11 @@ impl Session {
                 set.cloned()
                     .unwrap_or_else(|| SetName::new("-").expect("valid")),
             );
-            return Err(self.classify(&op, cmd));
+            let err = self.classify(&op, cmd);
+            if set.is_some() {
+                self.reopen();
+            }
+            return Err(err);
         }
         String::from_utf8(bytes).map_err(|e| {
             ParseError::new("UTF-8 output", String::from_utf8_lossy(e.as_bytes())).into()
@@ -728,32 +785,36 @@ impl Session {
         };
         let exist = sys::IPSET_ERR_EXIST as i32;
         let setname2 = sys::IPSET_ERR_EXIST_SETNAME2 as i32;
-        let mut candidates: Vec<(sys::ipset_cmd, i32, u8)> = vec![
-            (cmd, libc::ENOENT, 0),
-            (sys::IPSET_CMD_HEADER, libc::ENOENT, 0),
-            (sys::IPSET_CMD_NONE, libc::ENOENT, 0),
+        let candidates = [
+            (cmd, libc::ENOENT),
+            (sys::IPSET_CMD_HEADER, libc::ENOENT),
+            (sys::IPSET_CMD_NONE, libc::ENOENT),
+            (cmd, libc::EEXIST),
+            (cmd, exist),
+            (cmd, setname2),
         ];
-        match op {
-            Op::Create(_) => candidates.push((sys::IPSET_CMD_CREATE, exist, 1)),
-            Op::Rename { .. } => candidates.push((sys::IPSET_CMD_RENAME, setname2, 2)),
-            Op::Swap { .. } => candidates.push((sys::IPSET_CMD_SWAP, setname2, 3)),
-            Op::Add { .. } => candidates.push((sys::IPSET_CMD_ADD, exist, 4)),
-            Op::Del { .. } => candidates.push((sys::IPSET_CMD_DEL, exist, 5)),
-            _ => {}
-        }
-        let mut kind = None;
-        for (c, code, k) in candidates {
+        let mut code = None;
+        for (c, candidate) in candidates {
             // SAFETY: live session, lock held; ipset_errcode only writes the session's report.
             unsafe {
                 sys::ipset_session_report_reset(self.raw.as_ptr());
                 sys::ipset_session_lineno(self.raw.as_ptr(), 0);
-                sys::ipset_errcode(self.raw.as_ptr(), c, code);
+                sys::ipset_errcode(self.raw.as_ptr(), c, candidate);
             }
             if self.report() == message {
-                kind = Some(k);
+                code = Some(candidate);
                 break;
             }
         }
+        let kind = match (code, op) {
+            (Some(libc::ENOENT), _) => Some(0),
+            (Some(c), Op::Create(_)) if c == libc::EEXIST || c == exist => Some(1),
+            (Some(c), Op::Rename { .. }) if c == setname2 => Some(2),
+            (Some(c), Op::Swap { .. }) if c == setname2 => Some(3),
+            (Some(c), Op::Add { .. }) if c == exist => Some(4),
+            (Some(c), Op::Del { .. }) if c == exist => Some(5),
+            _ => None,
+        };
         // SAFETY: live session, lock held.
         unsafe { sys::ipset_session_report_reset(self.raw.as_ptr()) };
         self.clear_data();
