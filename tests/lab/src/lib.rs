@@ -12,6 +12,7 @@
 //! - [`suite`]: builds every package's `lab` test target and runs them all in one VM.
 //! - [`guest`]: helpers for the tests themselves, inside the guest (a fresh network
 //!   namespace per test, shell helpers, named namespaces for pods and clients).
+//! - [`net`]: pods on a bridge answering with their names, clients, TCP and UDP probes.
 //!
 //! # Writing a kernel test
 //! A package declares a test target named `lab` that only builds with its `lab` feature, so
@@ -42,6 +43,7 @@
 pub mod cpio;
 pub mod guest;
 pub mod image;
+pub mod net;
 pub mod payload;
 pub mod suite;
 pub mod vm;

@@ -1,0 +1,135 @@
+//! Small network topologies for kernel tests, made of named namespaces: pods on a bridge that
+//! answer each TCP connection (or UDP datagram) with their name, and clients outside.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::guest::{NamedNetns, sh};
+
+/// A host-side veth name unique in the guest (interface names are at most 15 bytes).
+fn veth_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("lveth{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The pod bridge of a test: `cni0` with `gateway/24`, in the test's own namespace.
+pub fn bridge(gateway: &str) {
+    sh("sysctl -qw net.ipv4.ip_forward=1");
+    sh(&format!(
+        "ip link add cni0 type bridge && ip addr add {gateway}/24 dev cni0 && ip link set cni0 up"
+    ));
+}
+
+/// A pod: a namespace on `cni0` with servers on `ports` answering with the pod's name.
+pub struct Pod {
+    /// The pod's namespace.
+    pub ns: NamedNetns,
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its name, the servers' answer.
+    pub name: String,
+}
+
+impl Pod {
+    /// Starts pod `name` at `ip` (in the bridge's /24, default route via `gateway`), with a
+    /// TCP and a UDP server on each of `ports`.
+    pub fn start(name: &str, ip: &str, gateway: &str, ports: &[u16]) -> Pod {
+        let ns = NamedNetns::new(name);
+        let host_end = format!(
+            "v{}",
+            ns.name().len()
+                + ip.len()
+                + ns.name().bytes().map(u32::from).sum::<u32>() as usize % 100000
+        );
+        sh(&format!(
+            "ip link add {host_end} type veth peer name eth0 netns {n} && \
+             ip link set {host_end} master cni0 up && \
+             ip -n {n} addr add {ip}/24 dev eth0 && ip -n {n} link set eth0 up && \
+             ip -n {n} route add default via {gateway}",
+            n = ns.name()
+        ));
+        for &port in ports {
+            let (tx, rx) = mpsc::channel();
+            let reply = format!("{name}\n");
+            ns.spawn(move || {
+                let tcp = TcpListener::bind(("0.0.0.0", port)).expect("bind tcp in the pod");
+                let udp = UdpSocket::bind(("0.0.0.0", port)).expect("bind udp in the pod");
+                tx.send(()).unwrap();
+                let answer = reply.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 1500];
+                    while let Ok((_, from)) = udp.recv_from(&mut buf) {
+                        let _ = udp.send_to(answer.as_bytes(), from);
+                    }
+                });
+                for conn in tcp.incoming() {
+                    let Ok(mut conn) = conn else { continue };
+                    let _ = conn.write_all(reply.as_bytes());
+                }
+            });
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("pod server started");
+        }
+        Pod {
+            ns,
+            ip: ip.parse().expect("pod address"),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A client namespace linked to the test's namespace by a veth pair: `client_ip/24` inside,
+/// `host_ip/24` on the test's side, default route via the test's namespace.
+pub fn client(name: &str, host_ip: &str, client_ip: &str) -> NamedNetns {
+    let ns = NamedNetns::new(name);
+    let host_end = veth_name();
+    sh(&format!(
+        "ip link add {host_end} type veth peer name eth0 netns {c} && \
+         ip addr add {host_ip}/24 dev {host_end} && ip link set {host_end} up && \
+         ip -n {c} addr add {client_ip}/24 dev eth0 && ip -n {c} link set eth0 up && \
+         ip -n {c} route add default via {host_ip}",
+        c = ns.name()
+    ));
+    ns
+}
+
+/// Connects to `addr` over TCP and returns what the server says (trimmed), or the error.
+pub fn ask_tcp(addr: SocketAddr) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .map_err(|e| format!("read {addr}: {e}"))?;
+    Ok(answer.trim().to_string())
+}
+
+/// Sends one UDP datagram to `addr` and returns the answer (trimmed), or the error.
+pub fn ask_udp(addr: SocketAddr) -> Result<String, String> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse().unwrap()
+    } else {
+        "[::]:0".parse().unwrap()
+    };
+    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
+    s.send_to(b"?", addr)
+        .map_err(|e| format!("send {addr}: {e}"))?;
+    let mut buf = [0u8; 1500];
+    let (n, _) = s
+        .recv_from(&mut buf)
+        .map_err(|e| format!("recv {addr}: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf[..n]).trim().to_string())
+}
+
+/// Runs `f` inside namespace `ns` and returns its result.
+pub fn within<T: Send + 'static>(ns: &NamedNetns, f: impl FnOnce() -> T + Send + 'static) -> T {
+    ns.spawn(f)
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
