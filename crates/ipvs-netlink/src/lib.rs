@@ -11,6 +11,7 @@
 //!   [`ForwardMethod`], [`Tunnel`]).
 //! - [`stats`]: counters of both ([`Stats`]).
 //! - [`timeout`], [`info`], [`daemon`]: timeouts, version and table size, sync daemons.
+//! - [`ipvsadm`]: ipvsadm's text formats (`-Sn`, `-Ln`, restore input), byte for byte.
 //! - [`batch`]: many requests in one `sendmsg`, each one's result collected ([`Batch`]).
 //! - [`connection`] and [`Handle`]: the socket (netlink-proto) and the handle tree
 //!   (`handle.services().add(&svc)`, `handle.destinations(&key).dump()`).
@@ -44,6 +45,7 @@ pub mod destination;
 mod error;
 mod handle;
 pub mod info;
+pub mod ipvsadm;
 pub mod message;
 mod nla;
 pub mod service;

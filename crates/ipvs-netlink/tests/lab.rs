@@ -523,3 +523,89 @@ fn batch_reports_each_result() {
     assert_eq!(sh("ipvsadm -Sn | grep -c '^-a'").trim(), "600");
     assert!(try_sh("ipvsadm -Sn | grep -q '10.4.0.1:80 -s rr'").0);
 }
+
+/// The `ipvs` example, copied into the guest next to the test binaries.
+fn ipvs_example() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/ipvs");
+    assert!(path.exists(), "{} missing", path.display());
+    path.display().to_string()
+}
+
+/// A table that exercises ipvsadm's sort: addresses whose wrapping differences disagree
+/// with numeric order, both families, fwmarks, every protocol, many destinations.
+const RICH: &str = "\
+-A -t 10.96.0.10:80 -s rr
+-a -t 10.96.0.10:80 -r 192.168.5.1:8080 -m -w 1
+-a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 2
+-a -t 10.96.0.10:80 -r 172.16.0.9:8080 -m -w 3
+-a -t 10.96.0.10:80 -r 10.244.0.1:8081 -m -w 0
+-a -t 10.96.0.10:80 -r 10.244.0.1:8080 -m -w 1
+-a -t 10.96.0.10:80 -r 198.18.0.7:80 -g -w 4
+-a -t 10.96.0.10:80 -r 100.64.0.3:80 -i -w 1 --tun-type gue --tun-port 6080 --tun-remcsum
+-a -t 10.96.0.10:80 -r 203.0.113.9:80 -i -w 1 --tun-type gre --tun-csum
+-A -t 192.168.1.1:443 -s wrr -p 300 -M 255.255.255.0
+-A -t 198.18.0.1:80 -s rr
+-A -t 172.16.3.3:80 -s lc
+-A -t 100.64.1.1:80 -s sed
+-A -t 1.2.3.4:80 -s nq
+-A -t 250.1.1.1:80 -s fo
+-A -t 127.0.0.5:80 -s ovf
+-a -t 127.0.0.5:80 -r 127.0.0.1:80 -g -w 1
+-A -u 10.96.0.10:53 -s sh -b sh-fallback,sh-port -p 30
+-A -u 10.96.0.11:53 -s mh -o -b mh-fallback,mh-port
+-A -u 192.168.0.53:53 -s dh -p 10 --pe sip
+-A --sctp-service 10.96.0.12:9000 -s wlc
+-a --sctp-service 10.96.0.12:9000 -r 10.244.3.3:9000 -m -w 1
+-A -t [2001:db8::1]:80 -s wlc -p 60 -M 64
+-a -t [2001:db8::1]:80 -r [2001:db8::2]:8080 -m -w 5
+-a -t [2001:db8::1]:80 -r [fd00::1]:8080 -m -w 5
+-a -t [2001:db8::1]:80 -r [2001:db8::1:0]:8080 -m -w 5
+-A -t [fd00::10]:443 -s lblcr
+-A -f 7 -s lblc
+-a -f 7 -r 10.244.0.9:0 -g -w 1
+-A -f 3000000000 -s rr
+-A -f 8 -6 -s lblcr -p 360
+-a -f 8 -6 -r [2001:db8::9]:0 -g -w 1
+";
+
+/// `ipvs save` and `ipvs list [--stats]` print what ipvsadm prints, on a state made by
+/// ipvsadm and on one made by `ipvs restore`.
+#[test]
+fn example_save_list_and_restore_match_ipvsadm() {
+    let ipvs = ipvs_example();
+    std::fs::write("/tmp/rich.rules", RICH).unwrap();
+    {
+        let _ns = Netns::fresh();
+        sh("ipvsadm -R < /tmp/rich.rules");
+        let want = sh("ipvsadm -Sn");
+        assert_eq!(want.lines().count(), RICH.lines().count());
+        assert_eq!(sh(&format!("{ipvs} save")), want);
+        assert_eq!(sh(&format!("{ipvs} list")), sh("ipvsadm -Ln"));
+        assert_eq!(
+            sh(&format!("{ipvs} list --stats")),
+            sh("ipvsadm -Ln --stats")
+        );
+        std::fs::write("/tmp/rich.saved", want).unwrap();
+    }
+    {
+        let _ns = Netns::fresh();
+        sh(&format!("{ipvs} restore < /tmp/rich.rules"));
+        assert_eq!(
+            sh("ipvsadm -Sn"),
+            std::fs::read_to_string("/tmp/rich.saved").unwrap()
+        );
+        assert_eq!(sh(&format!("{ipvs} save")), sh("ipvsadm -Sn"));
+        // failures are reported per rule and make the exit status non-zero
+        let (ok, out) = try_sh(&format!(
+            "printf -- '-A -t 10.96.0.10:80 -s rr\\n-D -t 10.9.9.9:80\\n' | {ipvs} restore"
+        ));
+        assert!(!ok, "{out}");
+        assert!(out.contains("rule 1") && out.contains("rule 2"), "{out}");
+    }
+}
