@@ -3,7 +3,7 @@ use thiserror::Error;
 
 use crate::name::SetName;
 
-/// A result with this crate's [`Error`].
+/// A result with this crate's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong.
