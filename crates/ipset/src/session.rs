@@ -46,6 +46,9 @@ unsafe extern "C" fn write_output(ctx: *mut c_void, buf: *const c_char, len: usi
 /// # Network namespaces
 /// The netlink socket is opened by [`Session::new`] in the network namespace of the calling
 /// thread, and the session keeps talking to that namespace whichever thread uses it later.
+/// One exception: if listing a single set fails in the kernel (the set vanished between this
+/// crate's existence check and the dump), libipset loses step with the kernel's replies and
+/// the session reopens its socket, in the namespace of the thread making that call.
 ///
 /// # Threads
 /// A `Session` is [`Send`] (it can move to another thread) but not [`Sync`]: libipset's session

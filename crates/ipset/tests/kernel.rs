@@ -245,9 +245,17 @@ fn single_commands_match_the_tool() {
         assert_eq!(s.save_set(&b).unwrap().members.len(), 0);
         s.flush(&a).unwrap();
         assert!(s.save_set(&a).unwrap().members.is_empty());
+        assert!(s.exists(&a).unwrap());
         s.destroy(&a).unwrap();
         s.destroy(&b).unwrap();
+        assert!(!s.exists(&a).unwrap());
         assert_eq!(tool_save(), "");
+        assert_eq!(s.names().unwrap(), Vec::<SetName>::new());
+        assert_eq!(s.save().unwrap(), Vec::<Set>::new());
+        // Still in step with the kernel after all that.
+        s.create(&Header::hash(a.clone(), SetType::HashIp, Family::Inet))
+            .unwrap();
+        assert_eq!(s.names().unwrap(), vec![a.clone()]);
     });
 }
 
