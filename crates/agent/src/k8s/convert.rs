@@ -98,8 +98,8 @@ impl fmt::Display for ObjectRef {
 pub struct ConvertError {
     /// The object.
     pub object: ObjectRef,
-    /// What is wrong with it.
-    pub reason: Reason,
+    /// What is wrong with it (boxed to keep `Result`s small).
+    pub reason: Box<Reason>,
 }
 
 /// What is wrong with an object. Each `field` is a path in the object, such as
@@ -327,9 +327,10 @@ pub fn service(svc: &core::Service) -> Result<Option<Service>, ConvertError> {
     if ignored_by_kube_proxy(&svc.metadata) {
         return Ok(None);
     }
-    service_inner(svc)
-        .map(Some)
-        .map_err(|reason| ConvertError { object, reason })
+    service_inner(svc).map(Some).map_err(|reason| ConvertError {
+        object,
+        reason: Box::new(reason),
+    })
 }
 
 fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
@@ -612,7 +613,10 @@ pub fn endpoint_slice(
     if ignored_by_kube_proxy(&slice.metadata) {
         return Ok(None);
     }
-    endpoint_slice_inner(slice).map_err(|reason| ConvertError { object, reason })
+    endpoint_slice_inner(slice).map_err(|reason| ConvertError {
+        object,
+        reason: Box::new(reason),
+    })
 }
 
 fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<EndpointSlice>, Reason> {
@@ -722,7 +726,10 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
 /// `spec.podCIDR`, and its labels.
 pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
     let object = ObjectRef::of(Kind::Node, &node.metadata);
-    node_inner(node).map_err(|reason| ConvertError { object, reason })
+    node_inner(node).map_err(|reason| ConvertError {
+        object,
+        reason: Box::new(reason),
+    })
 }
 
 fn node_inner(node: &core::Node) -> Result<Node, Reason> {

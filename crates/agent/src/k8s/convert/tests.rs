@@ -323,7 +323,7 @@ fn service_errors_name_the_field() {
                 namespace: Some(s("default")),
                 name: Some(s("web")),
             },
-            reason: want,
+            reason: Box::new(want),
         };
         assert_eq!(got, Err(want), "{what}");
     }
@@ -331,17 +331,23 @@ fn service_errors_name_the_field() {
 
 #[test]
 fn service_without_a_name_is_rejected_and_named_as_such() {
-    let svc: core::Service =
-        parse("apiVersion: v1\nkind: Service\nmetadata: {namespace: shop}\nspec: {clusterIP: 10.0.0.1}\n");
+    let svc: core::Service = parse(
+        "apiVersion: v1\nkind: Service\nmetadata: {namespace: shop}\nspec: {clusterIP: 10.0.0.1}\n",
+    );
     let err = service(&svc).unwrap_err();
-    assert_eq!(err.reason, missing("metadata.name"));
-    assert_eq!(err.to_string(), "Service shop/<unnamed>: metadata.name is required");
+    assert_eq!(*err.reason, missing("metadata.name"));
+    assert_eq!(
+        err.to_string(),
+        "Service shop/<unnamed>: metadata.name is required"
+    );
 }
 
 #[test]
 fn error_messages_name_object_and_reason() {
-    let err = service(&svc("spec:\n  clusterIP: 10.0.0.1\n  ports: [{port: 80, protocol: ICMP}]\n"))
-        .unwrap_err();
+    let err = service(&svc(
+        "spec:\n  clusterIP: 10.0.0.1\n  ports: [{port: 80, protocol: ICMP}]\n",
+    ))
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Service default/web: spec.ports[0].protocol: unknown protocol \"ICMP\" (expected TCP, UDP or SCTP)"
@@ -376,8 +382,9 @@ fn service_defaults() {
 
 #[test]
 fn missing_namespace_is_default() {
-    let svc: core::Service =
-        parse("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.0.0.1}\n");
+    let svc: core::Service = parse(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.0.0.1}\n",
+    );
     let got = service(&svc).unwrap().unwrap();
     assert_eq!(got.id, ServiceRef::new("default", "web"));
 }
@@ -401,16 +408,24 @@ fn service_fields_as_kube_proxy_reads_them() {
             "spec:\n  clusterIP: 10.0.0.1\n  clusterIPs: []\n",
             |s| assert_eq!(s.cluster_ips, vec![ip("10.0.0.1")]),
         ),
-        ("headless: None", "spec:\n  clusterIP: None\n  ports: [{port: 80}]\n", |s| {
-            assert!(s.cluster_ips.is_empty());
-            assert_eq!(s.ports.len(), 1);
-        }),
-        ("headless: clusterIPs None", "spec:\n  clusterIPs: [None]\n", |s| {
-            assert!(s.cluster_ips.is_empty())
-        }),
-        ("no cluster IP at all", "spec:\n  ports: [{port: 80}]\n", |s| {
-            assert!(s.cluster_ips.is_empty())
-        }),
+        (
+            "headless: None",
+            "spec:\n  clusterIP: None\n  ports: [{port: 80}]\n",
+            |s| {
+                assert!(s.cluster_ips.is_empty());
+                assert_eq!(s.ports.len(), 1);
+            },
+        ),
+        (
+            "headless: clusterIPs None",
+            "spec:\n  clusterIPs: [None]\n",
+            |s| assert!(s.cluster_ips.is_empty()),
+        ),
+        (
+            "no cluster IP at all",
+            "spec:\n  ports: [{port: 80}]\n",
+            |s| assert!(s.cluster_ips.is_empty()),
+        ),
         (
             "ExternalName keeps nothing, whatever its spec says",
             "spec:\n  type: ExternalName\n  externalName: example.com\n  clusterIP: bogus\n  ports: [{port: 0, protocol: ICMP}]\n",
@@ -556,9 +571,19 @@ fn endpoint_conditions_default_as_the_api_documents() {
         ("{}", true, true, false),
         ("{ready: false}", false, false, false),
         ("{ready: false, terminating: true}", false, false, true),
-        ("{ready: false, serving: true, terminating: true}", false, true, true),
+        (
+            "{ready: false, serving: true, terminating: true}",
+            false,
+            true,
+            true,
+        ),
         ("{serving: false}", true, false, false),
-        ("{ready: true, serving: true, terminating: false}", true, true, false),
+        (
+            "{ready: true, serving: true, terminating: false}",
+            true,
+            true,
+            false,
+        ),
     ];
     for (conditions, ready, serving, terminating) in cases {
         let got = ok_slice(&format!(
@@ -652,7 +677,9 @@ fn endpoint_slice_errors_name_the_field() {
         ),
         (
             "bad address",
-            format!("{SLICE_META}addressType: IPv4\nendpoints: [{{addresses: [10.0.0.1]}}, {{addresses: [10.0.0.x]}}]\n"),
+            format!(
+                "{SLICE_META}addressType: IPv4\nendpoints: [{{addresses: [10.0.0.1]}}, {{addresses: [10.0.0.x]}}]\n"
+            ),
             Reason::BadIp {
                 field: s("endpoints[1].addresses[0]"),
                 value: s("10.0.0.x"),
@@ -690,7 +717,9 @@ fn endpoint_slice_errors_name_the_field() {
         ),
         (
             "unknown protocol",
-            format!("{SLICE_META}addressType: IPv4\nports: [{{port: 80, protocol: QUIC}}]\nendpoints: []\n"),
+            format!(
+                "{SLICE_META}addressType: IPv4\nports: [{{port: 80, protocol: QUIC}}]\nendpoints: []\n"
+            ),
             Reason::UnknownProtocol {
                 field: s("ports[0].protocol"),
                 value: s("QUIC"),
@@ -698,7 +727,9 @@ fn endpoint_slice_errors_name_the_field() {
         ),
         (
             "duplicate port names",
-            format!("{SLICE_META}addressType: IPv4\nports: [{{name: a, port: 80}}, {{name: a, port: 81}}]\nendpoints: []\n"),
+            format!(
+                "{SLICE_META}addressType: IPv4\nports: [{{name: a, port: 80}}, {{name: a, port: 81}}]\nendpoints: []\n"
+            ),
             Reason::DuplicatePortName {
                 field: s("ports[1].name"),
                 name: s("a"),
@@ -708,7 +739,7 @@ fn endpoint_slice_errors_name_the_field() {
     ];
     for (what, body, want) in cases {
         let err = endpoint_slice(&slice(&body)).expect_err(what);
-        assert_eq!(err.reason, want, "{what}");
+        assert_eq!(*err.reason, want, "{what}");
         assert_eq!(err.object.kind, Kind::EndpointSlice);
     }
 }
@@ -764,11 +795,7 @@ fn node_defaults_and_fallbacks() {
 #[test]
 fn node_errors_name_the_field() {
     let cases: Vec<(&str, &str, Reason)> = vec![
-        (
-            "no name",
-            "metadata: {}\n",
-            missing("metadata.name"),
-        ),
+        ("no name", "metadata: {}\n", missing("metadata.name")),
         (
             "bad address",
             "metadata: {name: n}\nstatus: {addresses: [{type: InternalIP, address: nope}]}\n",
@@ -796,7 +823,7 @@ fn node_errors_name_the_field() {
     ];
     for (what, body, want) in cases {
         let err = node(&node_of(body)).expect_err(what);
-        assert_eq!(err.reason, want, "{what}");
+        assert_eq!(*err.reason, want, "{what}");
         assert_eq!(err.object.namespace, None);
     }
 }
@@ -811,5 +838,11 @@ fn default_api_objects_never_panic() {
         spec: Some(core::ServiceSpec::default()),
         ..svc("")
     };
-    assert!(service(&empty_spec).unwrap().unwrap().cluster_ips.is_empty());
+    assert!(
+        service(&empty_spec)
+            .unwrap()
+            .unwrap()
+            .cluster_ips
+            .is_empty()
+    );
 }
