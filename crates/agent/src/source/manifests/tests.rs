@@ -346,3 +346,27 @@ async fn watch_wakes_on_changes_and_stops_with_its_receiver() {
         .expect("watch returns once its receiver is gone")
         .unwrap();
 }
+
+#[test]
+fn odd_input_is_rejected_never_a_panic() {
+    let cases = [
+        "apiVersion: v1\nkind: Service\nmetadata: web\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: [1, 2]}\nspec: []\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 99999999999}]}\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{}]}\n",
+        "apiVersion: v1\nkind: Node\n",
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: s}\n",
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: s, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: 10.0.0.1}]\n",
+        "apiVersion: v1\nkind: List\nitems: {a: 1}\n",
+        "apiVersion: 1\nkind: true\n",
+        "{? [a]: b}\n",
+        "\"just a string\"\n",
+        "key: [unclosed\n",
+        "apiVersion: v1\nkind: ServiceList\nitems: [1, null, {metadata: {name: x}}]\n",
+    ];
+    for text in cases {
+        let loaded = load_str("odd.yaml", text, "node-a");
+        assert_eq!(loaded.cluster, Cluster::default(), "{text}");
+        assert!(!loaded.rejected.is_empty(), "{text}");
+    }
+}
