@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo build --release -p ipvs-netlink --examples
-//! cargo run -p lab -- run --machine pc -- target/release/examples/bench [SERVICES] [DESTS]
+//! cargo run -p lab -- run --machine pc --file target/release/examples/ipvs -- \
+//!     target/release/examples/bench [SERVICES] [DESTS]
 //! ```
 //!
 //! Prints timings and ratios; it asserts nothing about time, only that both saves agree.
@@ -79,9 +80,17 @@ fn self_exe() -> PathBuf {
     std::env::current_exe().expect("current exe")
 }
 
-/// The `ipvs` example next to this one.
+/// The `ipvs` example next to this one (`lab run --file` copies it without its execute
+/// bit, so it is made executable here).
 fn ipvs() -> PathBuf {
-    self_exe().with_file_name("ipvs")
+    use std::os::unix::fs::PermissionsExt;
+    let path = self_exe().with_file_name("ipvs");
+    if let Ok(meta) = std::fs::metadata(&path)
+        && meta.permissions().mode() & 0o111 == 0
+    {
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755));
+    }
+    path
 }
 
 /// Runs `bench inner ARGS` in a fresh network namespace; returns the durations it prints.
