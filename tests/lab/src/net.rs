@@ -1,7 +1,7 @@
 //! Small network topologies for kernel tests, made of named namespaces: pods on a bridge that
 //! answer each TCP connection (or UDP datagram) with their name, and clients outside.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -38,12 +38,7 @@ impl Pod {
     /// TCP and a UDP server on each of `ports`.
     pub fn start(name: &str, ip: &str, gateway: &str, ports: &[u16]) -> Pod {
         let ns = NamedNetns::new(name);
-        let host_end = format!(
-            "v{}",
-            ns.name().len()
-                + ip.len()
-                + ns.name().bytes().map(u32::from).sum::<u32>() as usize % 100000
-        );
+        let host_end = veth_name();
         sh(&format!(
             "ip link add {host_end} type veth peer name eth0 netns {n} && \
              ip link set {host_end} master cni0 up && \
@@ -67,7 +62,19 @@ impl Pod {
                 });
                 for conn in tcp.incoming() {
                     let Ok(mut conn) = conn else { continue };
-                    let _ = conn.write_all(reply.as_bytes());
+                    // Say the name, then echo until the client closes: long-lived
+                    // connections can be checked across agent restarts.
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        continue;
+                    }
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n) = conn.read(&mut buf) {
+                            if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    });
                 }
             });
             rx.recv_timeout(Duration::from_secs(10))
@@ -96,16 +103,34 @@ pub fn client(name: &str, host_ip: &str, client_ip: &str) -> NamedNetns {
     ns
 }
 
-/// Connects to `addr` over TCP and returns what the server says (trimmed), or the error.
+/// Connects to `addr` over TCP and returns the name the server says first, or the error.
 pub fn ask_tcp(addr: SocketAddr) -> Result<String, String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+    open_tcp(addr).map(|(name, _)| name)
+}
+
+/// Connects to `addr` over TCP, reads the server's name and keeps the connection open: the
+/// server then echoes what is written to it.
+pub fn open_tcp(addr: SocketAddr) -> Result<(String, BufReader<TcpStream>), String> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(3)))
         .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)
+    let mut r = BufReader::new(s);
+    let mut name = String::new();
+    r.read_line(&mut name)
         .map_err(|e| format!("read {addr}: {e}"))?;
-    Ok(answer.trim().to_string())
+    Ok((name.trim().to_string(), r))
+}
+
+/// Writes `line` on an open connection and returns the echo.
+pub fn echo(conn: &mut BufReader<TcpStream>, line: &str) -> Result<String, String> {
+    conn.get_mut()
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut back = String::new();
+    conn.read_line(&mut back)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(back.trim().to_string())
 }
 
 /// Sends one UDP datagram to `addr` and returns the answer (trimmed), or the error.

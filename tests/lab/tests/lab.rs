@@ -53,7 +53,9 @@ fn rr_service_alternates_between_two_pods() {
 
     let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
     let answers: Vec<String> = (0..6)
-        .map(|_| within(&client, move || ask_tcp(vip)).unwrap())
+        .map(|i| {
+            within(&client, move || ask_tcp(vip)).unwrap_or_else(|e| panic!("request {i}: {e}"))
+        })
         .collect();
     let first = answers[0].clone();
     assert!(
