@@ -112,6 +112,18 @@ impl Memory {
                     .remove(key)
                     .ok_or_else(|| format!("no service {key}"))?;
             }
+            Op::RemoveRules { family, .. } => {
+                s.rules.remove(family);
+            }
+            Op::DestroySet(name) => {
+                s.sets
+                    .remove(name)
+                    .ok_or_else(|| format!("no set {name}"))?;
+            }
+            Op::DeleteLink => {
+                s.link = false;
+                s.addresses.clear();
+            }
         }
         Ok(())
     }

@@ -1,12 +1,13 @@
 //! The kernel edge: everything that reads or changes kernel state lives here, behind the
 //! [`Dataplane`] trait, so the sync loop can run against the real kernel or in memory.
 //!
-//! - [`link`]: `kube-ipvs0` and the host's addresses (rtnetlink).
-//! - [`iptables`]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
-//! - [`sysctl`]: `/proc/sys`.
-//! - [`memory`]: an in-memory kernel for tests.
+//! - [`link`][]: `kube-ipvs0` and the host's addresses (rtnetlink).
+//! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
+//! - [`sysctl`][]: `/proc/sys`.
+//! - [`memory`][]: an in-memory kernel for tests.
 
 pub mod iptables;
+pub mod kernel;
 pub mod link;
 pub mod memory;
 pub mod sysctl;

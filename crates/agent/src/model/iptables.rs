@@ -445,6 +445,34 @@ pub fn restore_input(rules: &Rules, missing_jumps: &[(String, String)]) -> Strin
     out
 }
 
+/// The `iptables-restore --noflush` input that removes the agent's jumps and chains: each jump
+/// deleted, then each chain flushed (by declaring it) and deleted.
+pub fn removal_input(rules: &Rules) -> String {
+    let mut out = String::new();
+    for table in ["nat", "filter"] {
+        out.push_str(&format!("*{table}\n"));
+        for (t, chain) in &rules.chains {
+            if t == table {
+                out.push_str(&format!(":{chain} - [0:0]\n"));
+            }
+        }
+        for (t, jump) in &rules.jumps {
+            if t == table
+                && let Some(rest) = jump.strip_prefix("-A ")
+            {
+                out.push_str(&format!("-D {rest}\n"));
+            }
+        }
+        for (t, chain) in &rules.chains {
+            if t == table {
+                out.push_str(&format!("-X {chain}\n"));
+            }
+        }
+        out.push_str("COMMIT\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -106,6 +106,17 @@ pub enum Op {
         /// The entries.
         entries: Vec<SetEntry>,
     },
+    /// Remove the agent's jumps and chains of one family (`--cleanup`).
+    RemoveRules {
+        /// The family.
+        family: Family,
+        /// The rules as observed: their chains and the jumps that exist.
+        rules: Rules,
+    },
+    /// Destroy a set (`--cleanup`).
+    DestroySet(String),
+    /// Delete the `kube-ipvs0` link with its addresses (`--cleanup`).
+    DeleteLink,
 }
 
 impl fmt::Display for Op {
@@ -148,6 +159,16 @@ impl fmt::Display for Op {
             Op::DelEntries { set, entries } => {
                 write!(f, "remove {} entries from {set}", entries.len())
             }
+            Op::RemoveRules { family, rules } => {
+                write!(
+                    f,
+                    "remove {} chains and {} jumps ({family:?})",
+                    rules.chains.len(),
+                    rules.jumps.len()
+                )
+            }
+            Op::DestroySet(name) => write!(f, "destroy set {name}"),
+            Op::DeleteLink => write!(f, "delete link {}", super::kernel::LINK_NAME),
         }
     }
 }
@@ -338,4 +359,31 @@ fn without_destinations(vs: &VirtualServer) -> VirtualServer {
 
 fn same_chains(a: &Rules, b: &Rules) -> bool {
     a.chains == b.chains && a.rules == b.rules
+}
+
+/// Plans `--cleanup`: every virtual server the agent owns (outside `exclude_cidrs`), the agent's
+/// jumps and chains, its sets and `kube-ipvs0`, and nothing else. Rules go first (they
+/// reference the sets), then services, the link, and the sets last.
+pub fn cleanup(observed: &KernelState, exclude_cidrs: &[IpNet]) -> Plan {
+    let mut p = Plan::default();
+    for (family, rules) in &observed.rules {
+        if !rules.chains.is_empty() || !rules.jumps.is_empty() {
+            p.ops.push(Op::RemoveRules {
+                family: *family,
+                rules: rules.clone(),
+            });
+        }
+    }
+    for key in observed.services.keys() {
+        if owns(observed, key) && !exclude_cidrs.iter().any(|c| c.contains(&key.address)) {
+            p.ops.push(Op::DelService(*key));
+        }
+    }
+    if observed.link {
+        p.ops.push(Op::DeleteLink);
+    }
+    for name in observed.sets.keys() {
+        p.ops.push(Op::DestroySet(name.clone()));
+    }
+    p
 }

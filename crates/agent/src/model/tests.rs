@@ -356,6 +356,9 @@ fn apply(state: &mut KernelState, ops: &[Op]) {
             Op::DelService(key) => {
                 state.services.remove(key).unwrap();
             }
+            Op::RemoveRules { .. } | Op::DestroySet(_) | Op::DeleteLink => {
+                unreachable!("not planned by plan()")
+            }
         }
     }
 }
@@ -476,5 +479,35 @@ fn a_set_of_the_wrong_type_is_left_alone_with_a_warning() {
         !p.ops
             .iter()
             .any(|o| matches!(o, Op::CreateSet { name, .. } if name == "KUBE-NODE-PORT-TCP"))
+    );
+}
+
+#[test]
+fn cleanup_removes_only_what_the_agent_owns() {
+    let want = desired(&web(&["10.244.1.2"]), &config(), &host()).state;
+    let mut kernel = KernelState::default();
+    let first = plan(&want, &kernel, &[]).ops;
+    apply(&mut kernel, &first);
+    let foreign = key("192.0.2.50", Protocol::Tcp, 80);
+    kernel.services.insert(
+        foreign,
+        VirtualServer {
+            scheduler: "wlc".into(),
+            sched_flags: 0,
+            persistence: None,
+            destinations: Default::default(),
+        },
+    );
+    let ops = super::plan::cleanup(&kernel, &[]).ops;
+    assert!(ops.contains(&Op::DelService(key("10.96.0.10", Protocol::Tcp, 80))));
+    assert!(!ops.contains(&Op::DelService(foreign)));
+    assert!(ops.contains(&Op::DeleteLink));
+    assert!(
+        matches!(ops.first(), Some(Op::RemoveRules { .. })),
+        "rules go first: {ops:?}"
+    );
+    assert!(
+        matches!(ops.last(), Some(Op::DestroySet(_))),
+        "sets go last: {ops:?}"
     );
 }

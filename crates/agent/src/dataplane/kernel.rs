@@ -1,0 +1,668 @@
+//! The real kernel: IPVS over generic netlink (ipvs-netlink), the KUBE-* sets over libipset
+//! (ipset), `kube-ipvs0` over rtnetlink, the rules with one `iptables-restore` per family, and
+//! sysctls. Operations of one kind that follow each other in a plan travel together: IPVS
+//! changes in one netlink batch, set changes in libipset's restore mode, address changes
+//! concurrently.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags, ServiceKey};
+use tracing::debug;
+
+use super::iptables::{self, Backend, Written};
+use super::link::{Address, Links};
+use super::{Applied, Dataplane, Error, Observation, sysctl};
+use crate::model::cluster::{Family, Protocol};
+use crate::model::desired::Host;
+use crate::model::iptables::{removal_input, restore_input};
+use crate::model::kernel::{KernelState, LINK_NAME, Set, SetEntry, SetKind, VirtualServer, VsKey};
+use crate::model::plan::{Op, Plan};
+use crate::model::sets::{self, set_name};
+
+/// Concurrent destination dumps while observing.
+const DUMP_CONCURRENCY: usize = 32;
+
+/// The real kernel.
+pub struct Kernel {
+    ipvs: ipvs_netlink::Handle,
+    links: Links,
+    backend: Backend,
+    families: Vec<Family>,
+    sysctl_keys: Vec<String>,
+    written: Written,
+    link_index: Option<u32>,
+    /// `kube-ipvs0`'s addresses as last observed, to delete them by message.
+    bound: BTreeMap<IpAddr, Address>,
+}
+
+impl Kernel {
+    /// Connects to the kernel: resolves the IPVS family (fails with a hint when `ip_vs` is
+    /// not loaded) and picks the iptables backend the node uses.
+    pub async fn connect(families: Vec<Family>, sysctl_keys: Vec<String>) -> Result<Kernel, Error> {
+        let ipvs = ipvs_netlink::connect()
+            .await
+            .map_err(|e| ipvs_error("connect to IPVS", e))?;
+        let links = Links::connect()?;
+        let backend = Backend::detect();
+        debug!(?backend, "iptables backend");
+        Ok(Kernel {
+            ipvs,
+            links,
+            backend,
+            families,
+            sysctl_keys,
+            written: Written::default(),
+            link_index: None,
+            bound: BTreeMap::new(),
+        })
+    }
+
+    /// The iptables backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The IPVS handle (for timeouts and cleanup).
+    pub fn ipvs(&self) -> &ipvs_netlink::Handle {
+        &self.ipvs
+    }
+
+    /// The rtnetlink handle (for cleanup).
+    pub fn links(&self) -> &Links {
+        &self.links
+    }
+
+    async fn observe_services(&self) -> Result<BTreeMap<VsKey, VirtualServer>, Error> {
+        let services = self
+            .ipvs
+            .services()
+            .list()
+            .await
+            .map_err(|e| ipvs_error("list IPVS services", e))?;
+        let ours: Vec<(VsKey, Service)> = services
+            .into_iter()
+            .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
+            .collect();
+        let ipvs = self.ipvs.clone();
+        let with_dests: Vec<Result<(VsKey, VirtualServer), Error>> = futures::stream::iter(ours)
+            .map(|(key, svc)| {
+                let ipvs = ipvs.clone();
+                async move {
+                    let dests = ipvs
+                        .destinations(&svc.key)
+                        .list()
+                        .await
+                        .map_err(|e| ipvs_error(&format!("list destinations of {key}"), e))?;
+                    Ok((key, virtual_server(&svc, &dests)))
+                }
+            })
+            .buffer_unordered(DUMP_CONCURRENCY)
+            .collect()
+            .await;
+        with_dests.into_iter().collect()
+    }
+
+    fn observe_sets(&self) -> Result<BTreeMap<String, Set>, Error> {
+        let mut session =
+            ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
+        let mut out = BTreeMap::new();
+        for family in &self.families {
+            for def in sets::ALL {
+                let name = set_name(def, *family);
+                let set_name =
+                    ipset::SetName::new(name.clone()).map_err(|e| ipset_error(&name, e))?;
+                if session
+                    .header(&set_name)
+                    .map_err(|e| ipset_error(&name, e))?
+                    .is_none()
+                {
+                    continue;
+                }
+                let set = session
+                    .save_set(&set_name)
+                    .map_err(|e| ipset_error(&name, e))?;
+                let Some(kind) = set_kind(set.header.set_type) else {
+                    // A foreign type under one of our names: report it as a type we never use
+                    // so the plan leaves it alone and says so.
+                    out.insert(
+                        name,
+                        Set {
+                            kind: SetKind::HashIp,
+                            family: *family,
+                            entries: Default::default(),
+                        },
+                    );
+                    continue;
+                };
+                let entries = set
+                    .members
+                    .iter()
+                    .filter_map(|m| set_entry(&m.entry))
+                    .collect();
+                out.insert(
+                    name,
+                    Set {
+                        kind,
+                        family: *family,
+                        entries,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    async fn apply_addresses(&mut self, ops: &[&Op], applied: &mut Applied) {
+        let index = match self.link_index {
+            Some(i) => i,
+            None => {
+                for op in ops {
+                    applied
+                        .failed
+                        .push((op.to_string(), format!("{LINK_NAME} does not exist")));
+                }
+                return;
+            }
+        };
+        // Owned jobs first: the stream's closure must not borrow the plan.
+        let jobs: Vec<(String, Option<IpAddr>, Option<Address>)> = ops
+            .iter()
+            .map(|op| match op {
+                Op::AddAddress(ip) => (op.to_string(), Some(*ip), None),
+                Op::DelAddress(ip) => (
+                    op.to_string(),
+                    None,
+                    Some(
+                        self.bound
+                            .get(ip)
+                            .cloned()
+                            .unwrap_or_else(|| Links::address_on(index, *ip)),
+                    ),
+                ),
+                _ => (op.to_string(), None, None),
+            })
+            .collect();
+        let links = self.links.clone();
+        let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(jobs)
+            .map(|(text, add, del)| {
+                let links = links.clone();
+                async move {
+                    let r = match (add, del) {
+                        (Some(ip), _) => links.add_address(index, ip).await,
+                        (_, Some(a)) => links.del_address(&a).await,
+                        _ => Ok(()),
+                    };
+                    (text, r)
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        applied.messages += results.len();
+        for (text, r) in results {
+            match r {
+                Ok(()) => applied.done += 1,
+                Err(e) => applied.failed.push((text, e.to_string())),
+            }
+        }
+    }
+
+    async fn apply_ipvs(&self, ops: &[&Op], applied: &mut Applied) {
+        let mut batch = self.ipvs.batch();
+        let mut texts = Vec::new();
+        for op in ops {
+            match op {
+                Op::AddService { key, service } => {
+                    batch.add_service(&ipvs_service(key, service));
+                }
+                Op::UpdateService { key, service } => {
+                    batch.set_service(&ipvs_service(key, service));
+                }
+                Op::DelService(key) => {
+                    batch.del_service_if_exists(&ipvs_key(key));
+                }
+                Op::AddDestination {
+                    key,
+                    destination,
+                    weight,
+                } => {
+                    batch.add_or_update_destination(
+                        &ipvs_key(key),
+                        &ipvs_destination(destination, *weight),
+                    );
+                }
+                Op::UpdateDestination {
+                    key,
+                    destination,
+                    weight,
+                } => {
+                    batch.set_destination(&ipvs_key(key), &ipvs_destination(destination, *weight));
+                }
+                Op::DelDestination { key, destination } => {
+                    batch.del_destination_if_exists(
+                        &ipvs_key(key),
+                        &destination.ip(),
+                        destination.port(),
+                    );
+                }
+                _ => continue,
+            }
+            texts.push(op.to_string());
+        }
+        match batch.send().await {
+            Ok(outcome) => {
+                applied.messages += texts.len();
+                for (text, r) in texts.into_iter().zip(outcome.into_results()) {
+                    match r {
+                        Ok(()) => applied.done += 1,
+                        Err(e) => applied.failed.push((text, e.to_string())),
+                    }
+                }
+            }
+            Err(e) => {
+                for text in texts {
+                    applied.failed.push((text, e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn apply_sets(&self, ops: &[&Op], applied: &mut Applied) {
+        let mut lib_ops: Vec<ipset::Op> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        let mut bad: Vec<(String, String)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            match to_ipset_ops(op) {
+                Ok(v) => {
+                    owner.extend(std::iter::repeat_n(i, v.len()));
+                    lib_ops.extend(v);
+                }
+                Err(e) => bad.push((op.to_string(), e)),
+            }
+        }
+        let mut failed_ops = vec![None::<String>; ops.len()];
+        match ipset::Session::new() {
+            Err(e) => {
+                for f in failed_ops.iter_mut() {
+                    *f = Some(e.to_string());
+                }
+            }
+            Ok(mut session) => {
+                // Adding what exists and removing what is missing are not errors here: the
+                // agent converges, it does not insist.
+                session.set_exist(true);
+                let mut start = 0;
+                while start < lib_ops.len() {
+                    match session.apply(&lib_ops[start..]) {
+                        Ok(()) => break,
+                        Err(ipset::Error::Batch { index, source }) => {
+                            let at = start + index;
+                            failed_ops[owner[at]].get_or_insert_with(|| source.to_string());
+                            start = at + 1;
+                        }
+                        Err(e) => {
+                            for i in owner[start..].iter() {
+                                failed_ops[*i].get_or_insert_with(|| e.to_string());
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        applied.messages += lib_ops.len().div_ceil(64).max(1);
+        for (op, failed) in ops.iter().zip(failed_ops) {
+            match failed {
+                None => applied.done += 1,
+                Some(e) => applied.failed.push((op.to_string(), e)),
+            }
+        }
+        applied.failed.extend(bad);
+    }
+}
+
+impl Dataplane for Kernel {
+    async fn observe(&mut self) -> Result<Observation, Error> {
+        let interfaces = self.links.interfaces().await?;
+        let addresses = self.links.addresses().await?;
+        self.link_index = interfaces
+            .iter()
+            .find(|(_, n)| *n == LINK_NAME)
+            .map(|(i, _)| *i);
+        let mut state = KernelState {
+            link: self.link_index.is_some(),
+            ..KernelState::default()
+        };
+        self.bound.clear();
+        for a in &addresses {
+            if Some(a.index) == self.link_index {
+                state.addresses.insert(a.ip);
+                self.bound.insert(a.ip, a.clone());
+            }
+        }
+        let host = Host {
+            addresses: Links::local_addresses(&interfaces, &addresses),
+        };
+        state.services = self.observe_services().await?;
+        state.sets = self.observe_sets()?;
+        for family in &self.families {
+            let seen = iptables::read(self.backend, *family)?;
+            state
+                .rules
+                .insert(*family, self.written.observed(*family, &seen));
+        }
+        state.sysctls = sysctl::read(&self.sysctl_keys);
+        Ok(Observation { state, host })
+    }
+
+    async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+        let mut applied = Applied::default();
+        let mut i = 0;
+        while i < plan.ops.len() {
+            let kind = op_kind(&plan.ops[i]);
+            let mut j = i;
+            while j < plan.ops.len() && op_kind(&plan.ops[j]) == kind {
+                j += 1;
+            }
+            let group: Vec<&Op> = plan.ops[i..j].iter().collect();
+            match kind {
+                Kind::Ipvs => self.apply_ipvs(&group, &mut applied).await,
+                Kind::Sets => self.apply_sets(&group, &mut applied),
+                Kind::Addresses => self.apply_addresses(&group, &mut applied).await,
+                Kind::One => {
+                    for op in group {
+                        match self.apply_one(op).await {
+                            Ok(()) => applied.done += 1,
+                            Err(e) => applied.failed.push((op.to_string(), e.to_string())),
+                        }
+                        applied.messages += 1;
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(applied)
+    }
+}
+
+impl Kernel {
+    async fn apply_one(&mut self, op: &Op) -> Result<(), Error> {
+        match op {
+            Op::CreateLink => {
+                self.link_index = Some(self.links.create_dummy(LINK_NAME).await?);
+                Ok(())
+            }
+            Op::SetSysctl { key, value } => sysctl::write(key, value),
+            Op::WriteRules {
+                family,
+                rules,
+                missing_jumps,
+            } => {
+                iptables::restore(self.backend, *family, &restore_input(rules, missing_jumps))?;
+                // Remember how the backend prints what we wrote, to tell drift from quirks.
+                let seen = iptables::read(self.backend, *family)?;
+                self.written.record(*family, rules.clone(), &seen);
+                Ok(())
+            }
+            Op::RemoveRules { family, rules } => {
+                iptables::restore(self.backend, *family, &removal_input(rules))
+            }
+            Op::DestroySet(name) => {
+                let mut session =
+                    ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
+                let set = ipset::SetName::new(name.clone()).map_err(|e| ipset_error(name, e))?;
+                session
+                    .destroy(&set)
+                    .map_err(|e| ipset_error(&format!("destroy {name}"), e))
+            }
+            Op::DeleteLink => match self.link_index.take() {
+                Some(index) => self.links.delete_link(index).await,
+                None => Ok(()),
+            },
+            other => Err(Error::Netlink {
+                what: other.to_string(),
+                message: "not a single operation".into(),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Ipvs,
+    Sets,
+    Addresses,
+    One,
+}
+
+fn op_kind(op: &Op) -> Kind {
+    match op {
+        Op::AddService { .. }
+        | Op::UpdateService { .. }
+        | Op::DelService(_)
+        | Op::AddDestination { .. }
+        | Op::UpdateDestination { .. }
+        | Op::DelDestination { .. } => Kind::Ipvs,
+        Op::CreateSet { .. } | Op::AddEntries { .. } | Op::DelEntries { .. } => Kind::Sets,
+        Op::AddAddress(_) | Op::DelAddress(_) => Kind::Addresses,
+        Op::CreateLink
+        | Op::SetSysctl { .. }
+        | Op::WriteRules { .. }
+        | Op::RemoveRules { .. }
+        | Op::DestroySet(_)
+        | Op::DeleteLink => Kind::One,
+    }
+}
+
+// ---- conversions between the model and the libraries ----
+
+fn vs_key(key: &ServiceKey) -> Option<VsKey> {
+    match key {
+        ServiceKey::Inet {
+            protocol,
+            address,
+            port,
+        } => {
+            let protocol = match protocol {
+                ipvs_netlink::Protocol::Tcp => Protocol::Tcp,
+                ipvs_netlink::Protocol::Udp => Protocol::Udp,
+                ipvs_netlink::Protocol::Sctp => Protocol::Sctp,
+                _ => return None,
+            };
+            Some(VsKey {
+                address: *address,
+                protocol,
+                port: *port,
+            })
+        }
+        ServiceKey::Fwmark { .. } => None,
+    }
+}
+
+fn ipvs_key(key: &VsKey) -> ServiceKey {
+    match key.protocol {
+        Protocol::Tcp => ServiceKey::tcp(key.address, key.port),
+        Protocol::Udp => ServiceKey::udp(key.address, key.port),
+        Protocol::Sctp => ServiceKey::sctp(key.address, key.port),
+    }
+}
+
+fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
+    let sched_mask = ServiceFlags::SCHED1 | ServiceFlags::SCHED2 | ServiceFlags::SCHED3;
+    VirtualServer {
+        scheduler: svc.scheduler.name().to_string(),
+        sched_flags: (svc.flags & sched_mask).bits(),
+        persistence: svc
+            .flags
+            .contains(ServiceFlags::PERSISTENT)
+            .then_some(svc.timeout),
+        destinations: dests
+            .iter()
+            .map(|d| (std::net::SocketAddr::new(d.address, d.port), d.weight))
+            .collect(),
+    }
+}
+
+fn ipvs_service(key: &VsKey, vs: &VirtualServer) -> Service {
+    let mut svc = Service::new(ipvs_key(key), Scheduler::from_name(&vs.scheduler));
+    if let Some(timeout) = vs.persistence {
+        svc = svc.persistent(timeout.max(Duration::from_secs(1)));
+    }
+    svc.flags |= ServiceFlags::from_bits_truncate(vs.sched_flags);
+    svc
+}
+
+fn ipvs_destination(addr: &std::net::SocketAddr, weight: u32) -> Destination {
+    let mut d = Destination::new(addr.ip(), addr.port(), ForwardMethod::Masquerade);
+    d.weight = weight;
+    d
+}
+
+fn set_kind(t: ipset::SetType) -> Option<SetKind> {
+    Some(match t {
+        ipset::SetType::HashIp => SetKind::HashIp,
+        ipset::SetType::HashIpPort => SetKind::HashIpPort,
+        ipset::SetType::HashIpPortIp => SetKind::HashIpPortIp,
+        ipset::SetType::HashIpPortNet => SetKind::HashIpPortNet,
+        ipset::SetType::BitmapPort => SetKind::BitmapPort,
+        _ => return None,
+    })
+}
+
+fn lib_protocol(p: Protocol) -> ipset::Protocol {
+    match p {
+        Protocol::Tcp => ipset::Protocol::Tcp,
+        Protocol::Udp => ipset::Protocol::Udp,
+        Protocol::Sctp => ipset::Protocol::Sctp,
+    }
+}
+
+fn model_protocol(p: ipset::Protocol) -> Option<Protocol> {
+    match p {
+        ipset::Protocol::Tcp => Some(Protocol::Tcp),
+        ipset::Protocol::Udp => Some(Protocol::Udp),
+        ipset::Protocol::Sctp => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+fn set_entry(e: &ipset::Entry) -> Option<SetEntry> {
+    Some(match *e {
+        ipset::Entry::Ip(ip) => SetEntry::Ip(ip),
+        ipset::Entry::IpPort { ip, protocol, port } => {
+            SetEntry::IpPort(ip, model_protocol(protocol)?, port)
+        }
+        ipset::Entry::IpPortIp {
+            ip,
+            protocol,
+            port,
+            ip2,
+        } => SetEntry::IpPortIp(ip, model_protocol(protocol)?, port, ip2),
+        ipset::Entry::IpPortNet {
+            ip,
+            protocol,
+            port,
+            net,
+        } => SetEntry::IpPortNet(
+            ip,
+            model_protocol(protocol)?,
+            port,
+            ipnet::IpNet::new(net.addr(), net.prefix()).ok()?,
+        ),
+        ipset::Entry::Port(p) => SetEntry::Port(p),
+        _ => return None,
+    })
+}
+
+fn lib_entry(e: &SetEntry) -> Result<ipset::Entry, String> {
+    Ok(match *e {
+        SetEntry::Ip(ip) => ipset::Entry::Ip(ip),
+        SetEntry::IpPort(ip, p, port) => ipset::Entry::IpPort {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+        },
+        SetEntry::IpPortIp(ip, p, port, ip2) => ipset::Entry::IpPortIp {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+            ip2,
+        },
+        SetEntry::IpPortNet(ip, p, port, net) => ipset::Entry::IpPortNet {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+            net: ipset::Net::new(net.network(), net.prefix_len())
+                .ok_or_else(|| format!("bad network {net}"))?,
+        },
+        SetEntry::Port(p) => ipset::Entry::Port(p),
+    })
+}
+
+fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, String> {
+    let name = |n: &str| ipset::SetName::new(n).map_err(|e| e.to_string());
+    Ok(match op {
+        Op::CreateSet {
+            name: n,
+            kind,
+            family,
+        } => {
+            let set_name = name(n)?;
+            let fam = match family {
+                Family::V4 => ipset::Family::Inet,
+                Family::V6 => ipset::Family::Inet6,
+            };
+            let header = match kind {
+                SetKind::BitmapPort => ipset::Header::bitmap_port(set_name, 0, 65535),
+                SetKind::HashIp => ipset::Header::hash(set_name, ipset::SetType::HashIp, fam),
+                SetKind::HashIpPort => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPort, fam)
+                }
+                SetKind::HashIpPortIp => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortIp, fam)
+                }
+                SetKind::HashIpPortNet => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortNet, fam)
+                }
+            };
+            let header = if *kind == SetKind::BitmapPort {
+                header
+            } else {
+                header.with_hashsize(1024).with_maxelem(65536)
+            };
+            vec![ipset::Op::Create(header)]
+        }
+        Op::AddEntries { set, entries } => {
+            let n = name(set)?;
+            entries
+                .iter()
+                .map(|e| lib_entry(e).map(|e| ipset::Op::add(&n, e)))
+                .collect::<Result<_, _>>()?
+        }
+        Op::DelEntries { set, entries } => {
+            let n = name(set)?;
+            entries
+                .iter()
+                .map(|e| lib_entry(e).map(|e| ipset::Op::del(&n, e)))
+                .collect::<Result<_, _>>()?
+        }
+        _ => Vec::new(),
+    })
+}
+
+fn ipvs_error(what: &str, e: ipvs_netlink::Error) -> Error {
+    Error::Netlink {
+        what: what.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn ipset_error(what: &str, e: ipset::Error) -> Error {
+    Error::Netlink {
+        what: format!("ipset {what}"),
+        message: e.to_string(),
+    }
+}
