@@ -2,7 +2,7 @@
 //! its top-level attributes (`IPVS_CMD_ATTR_*`, or `IPVS_INFO_ATTR_*` for the info commands).
 
 use netlink_packet_core::{
-    DecodeError, DefaultNla, Emitable, Nla, NlaBuffer, NlasIterator, Parseable,
+    DecodeError, DefaultNla, Emitable, NLA_F_NESTED, Nla, NlaBuffer, NlasIterator, Parseable,
     ParseableParametrized,
 };
 use netlink_packet_generic::{GenlFamily, GenlHeader};
@@ -162,9 +162,10 @@ impl Nla for MessageAttr {
 
     fn kind(&self) -> u16 {
         match self {
-            MessageAttr::Service(_) => CMD_ATTR_SERVICE,
-            MessageAttr::Destination(_) => CMD_ATTR_DEST,
-            MessageAttr::Daemon(_) => CMD_ATTR_DAEMON,
+            // ipvsadm (libnl) flags its nests; the kernel accepts both.
+            MessageAttr::Service(_) => CMD_ATTR_SERVICE | NLA_F_NESTED,
+            MessageAttr::Destination(_) => CMD_ATTR_DEST | NLA_F_NESTED,
+            MessageAttr::Daemon(_) => CMD_ATTR_DAEMON | NLA_F_NESTED,
             MessageAttr::TimeoutTcp(_) => CMD_ATTR_TIMEOUT_TCP,
             MessageAttr::TimeoutTcpFin(_) => CMD_ATTR_TIMEOUT_TCP_FIN,
             MessageAttr::TimeoutUdp(_) => CMD_ATTR_TIMEOUT_UDP,

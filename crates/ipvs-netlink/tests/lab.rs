@@ -609,3 +609,240 @@ fn example_save_list_and_restore_match_ipvsadm() {
         assert!(out.contains("rule 1") && out.contains("rule 2"), "{out}");
     }
 }
+
+/// Netlink traffic of the test's namespace, recorded by an `nlmon` link and read from an
+/// `AF_PACKET` socket: the source of the golden vectors in `tests/golden.rs`.
+struct Capture {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Capture {
+    fn start() -> Capture {
+        use std::os::fd::FromRawFd;
+        sh("ip link add nlmon0 type nlmon && ip link set nlmon0 up");
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: socket(2) takes no pointers; the result is checked before use.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the name is a NUL-terminated literal.
+        let ifindex = unsafe { libc::if_nametoindex(c"nlmon0".as_ptr()) };
+        assert!(ifindex > 0);
+        // SAFETY: sockaddr_ll is plain data; zeroed is a valid value.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = proto;
+        addr.sll_ifindex = ifindex as i32;
+        use std::os::fd::AsRawFd;
+        // SAFETY: addr is a valid sockaddr_ll and its size is passed with it.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+        Capture { fd }
+    }
+
+    /// Every netlink message recorded so far, in order.
+    fn messages(&self) -> Vec<Vec<u8>> {
+        use std::os::fd::AsRawFd;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            // SAFETY: buf is valid for its length; MSG_DONTWAIT makes this non-blocking.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            // one packet may carry several netlink messages (a dump part)
+            let mut p = &buf[..n as usize];
+            while p.len() >= 16 {
+                let len = u32::from_ne_bytes(p[..4].try_into().unwrap()) as usize;
+                if len < 16 || len > p.len() {
+                    break;
+                }
+                out.push(p[..len].to_vec());
+                p = &p[(len + 3) & !3..];
+            }
+        }
+        out
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Records ipvsadm's requests and the kernel's answers, prints them as hex (pasted, with
+/// annotations, into `tests/golden.rs`), and checks the library encodes the same requests
+/// byte for byte and decodes the answers.
+#[test]
+fn ipvsadm_requests_match_the_library_byte_for_byte() {
+    use ipvs_netlink::{Command, IpvsMessage, MessageAttr};
+    let _ns = Netns::fresh();
+    let capture = Capture::start();
+    let commands = [
+        "ipvsadm -A -t 10.96.0.10:80 -s rr",
+        "ipvsadm -a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 1",
+        "ipvsadm -A -t [2001:db8::1]:80 -s wlc -p 60 -M 64",
+        "ipvsadm -A -f 7 -s sh -b sh-fallback,sh-port -o",
+        "ipvsadm -a -t 10.96.0.10:80 -r 10.244.0.4:80 -i -w 3 --tun-type gue --tun-port 6080 --tun-csum -x 10 -y 2",
+        "ipvsadm -e -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 2",
+        "ipvsadm -E -t 10.96.0.10:80 -s wrr",
+        "ipvsadm -d -t 10.96.0.10:80 -r 10.244.0.4:80",
+        "ipvsadm --set 100 20 30",
+        "ipvsadm -Sn",
+        "ipvsadm -L --timeout",
+        "ipvsadm -D -f 7",
+    ];
+    for c in commands {
+        sh(c);
+    }
+    let messages = capture.messages();
+    let family = with_family();
+    let mut requests = Vec::new();
+    for m in &messages {
+        let kind = u16::from_ne_bytes([m[4], m[5]]);
+        let flags = u16::from_ne_bytes([m[6], m[7]]);
+        if kind != family {
+            continue;
+        }
+        let msg =
+            IpvsMessage::parse_genl(&m[16..]).expect("decode what ipvsadm and the kernel sent");
+        println!("{:?} flags={flags:#06x} {}", msg.command, hex(m));
+        // the library re-encodes every message it decoded to the same bytes (nests aside:
+        // the kernel flags its nests, requests and our encoder do not)
+        let mut again = msg.to_genl_bytes();
+        let mut original = m[16..].to_vec();
+        clear_nested_flags(&mut original);
+        clear_nested_flags(&mut again);
+        assert_eq!(hex(&again), hex(&original), "{msg:?}");
+        if flags & 0x1 != 0 && !matches!(msg.command, Command::GetInfo) {
+            requests.push((msg, m[16..].to_vec()));
+        }
+    }
+    // ipvsadm's requests, made by the library's own builders
+    let key = ServiceKey::tcp(ip("10.96.0.10"), 80);
+    let mut b = Vec::new();
+    let svc = Service::new(key, Scheduler::RoundRobin);
+    let v6 = Service::new(
+        ServiceKey::tcp(ip("2001:db8::1"), 80),
+        Scheduler::WeightedLeastConnection,
+    )
+    .persistent(Duration::from_secs(60))
+    .with_netmask(Netmask::V6(64));
+    let fw = Service::new(
+        ServiceKey::fwmark(AddressFamily::Inet, 7),
+        Scheduler::SourceHashing,
+    )
+    .with_flags(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT | ServiceFlags::ONE_PACKET);
+    let pod = Destination::new(ip("10.244.0.2"), 8080, ForwardMethod::Masquerade);
+    let tun = Destination::new(ip("10.244.0.4"), 80, ForwardMethod::Tunnel)
+        .with_weight(3)
+        .with_thresholds(10, 2)
+        .with_tunnel(Tunnel {
+            kind: TunnelType::Gue,
+            port: 6080,
+            flags: TunnelFlags::CSUM,
+        });
+    b.push(IpvsMessage::new(
+        Command::NewService,
+        vec![MessageAttr::Service(svc.config_attrs())],
+    ));
+    b.push(IpvsMessage::new(
+        Command::NewDest,
+        vec![
+            MessageAttr::Service(key.to_attrs()),
+            MessageAttr::Destination(pod.config_attrs()),
+        ],
+    ));
+    b.push(IpvsMessage::new(
+        Command::NewService,
+        vec![MessageAttr::Service(v6.config_attrs())],
+    ));
+    b.push(IpvsMessage::new(
+        Command::NewService,
+        vec![MessageAttr::Service(fw.config_attrs())],
+    ));
+    b.push(IpvsMessage::new(
+        Command::NewDest,
+        vec![
+            MessageAttr::Service(key.to_attrs()),
+            MessageAttr::Destination(tun.config_attrs()),
+        ],
+    ));
+    for (i, (got, bytes)) in requests.iter().take(b.len()).enumerate() {
+        if matches!(got.command, Command::NewService) {
+            // services: the whole request, byte for byte
+            assert_eq!(hex(&b[i].to_genl_bytes()), hex(bytes), "request {i}");
+        } else {
+            // destinations: ipvsadm sends a whole service entry (empty scheduler, flags,
+            // timeout, netmask) where the kernel reads only the key; the library sends the
+            // key, and the destination nest byte for byte
+            let (MessageAttr::Service(theirs), MessageAttr::Service(ours)) =
+                (&got.attrs[0], &b[i].attrs[0])
+            else {
+                panic!("{got:?}")
+            };
+            assert_eq!(&theirs[..ours.len()], &ours[..], "request {i}");
+            assert_eq!(got.attrs[1], b[i].attrs[1], "request {i}");
+            let nest = |m: &IpvsMessage| {
+                let one = IpvsMessage::new(m.command, vec![m.attrs[1].clone()]);
+                hex(&one.to_genl_bytes())
+            };
+            assert_eq!(nest(got), nest(&b[i]), "request {i}");
+        }
+    }
+    assert!(requests.len() >= b.len(), "{requests:#?}");
+}
+
+fn with_family() -> u16 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        ipvs_netlink::connect()
+            .await
+            .unwrap()
+            .family_id()
+            .await
+            .unwrap()
+    })
+}
+
+/// Clears `NLA_F_NESTED` in every attribute header of a genl payload, recursively where
+/// the flag was set.
+fn clear_nested_flags(payload: &mut [u8]) {
+    fn walk(b: &mut [u8]) {
+        let mut at = 0;
+        while at + 4 <= b.len() {
+            let len = u16::from_ne_bytes([b[at], b[at + 1]]) as usize;
+            if len < 4 || at + len > b.len() {
+                return;
+            }
+            let kind = u16::from_ne_bytes([b[at + 2], b[at + 3]]);
+            if kind & 0x8000 != 0 {
+                b[at + 2..at + 4].copy_from_slice(&(kind & 0x7fff).to_ne_bytes());
+                walk(&mut b[at + 4..at + len]);
+            }
+            at += (len + 3) & !3;
+        }
+    }
+    walk(&mut payload[4..]);
+}

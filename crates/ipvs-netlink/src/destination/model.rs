@@ -217,11 +217,11 @@ impl Destination {
     pub fn config_attrs(&self) -> Vec<DestinationAttr> {
         let mut attrs = Self::key_attrs(&self.address, self.port);
         attrs.extend([
+            DestinationAttr::ForwardMethod(self.forward.to_raw()),
+            DestinationAttr::Weight(self.weight),
             DestinationAttr::TunnelType(self.tunnel.kind.to_raw()),
             DestinationAttr::TunnelPort(self.tunnel.port),
             DestinationAttr::TunnelFlags(self.tunnel.flags.bits()),
-            DestinationAttr::ForwardMethod(self.forward.to_raw()),
-            DestinationAttr::Weight(self.weight),
             DestinationAttr::UpperThreshold(self.upper_threshold),
             DestinationAttr::LowerThreshold(self.lower_threshold),
         ]);
