@@ -217,6 +217,7 @@ mod tests {
                 internal_traffic_policy: TrafficPolicy::Cluster,
                 health_check_node_port: None,
                 load_balancer_source_ranges: vec![],
+                scheduler: None,
             },
         );
         c.slices.insert(

@@ -19,8 +19,8 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::model::cluster::{
-    Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
-    ServiceRef, ServiceType, TrafficPolicy,
+    Endpoint, EndpointPort, EndpointSlice, Family, KUBE_ROUTER_SCHEDULER_ANNOTATION, Node,
+    Protocol, SCHEDULER_ANNOTATION, Service, ServicePort, ServiceRef, ServiceType, TrafficPolicy,
 };
 
 /// Objects with this label belong to another proxy; kube-proxy's informers leave them out.
@@ -370,6 +370,7 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
             internal_traffic_policy: TrafficPolicy::Cluster,
             health_check_node_port: None,
             load_balancer_source_ranges: Vec::new(),
+            scheduler: None,
         });
     }
 
@@ -476,7 +477,32 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
         internal_traffic_policy,
         health_check_node_port,
         load_balancer_source_ranges,
+        scheduler: scheduler_annotation(svc)?,
     })
+}
+
+/// The Service's own scheduler, from our annotation or kube-router's.
+fn scheduler_annotation(svc: &core::Service) -> Result<Option<String>, Reason> {
+    let annotations = svc.metadata.annotations.as_ref();
+    let Some((key, value)) = [SCHEDULER_ANNOTATION, KUBE_ROUTER_SCHEDULER_ANNOTATION]
+        .into_iter()
+        .find_map(|k| annotations.and_then(|a| a.get(k)).map(|v| (k, v.trim())))
+    else {
+        return Ok(None);
+    };
+    if value.is_empty()
+        || value.len() > 15
+        || !value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(Reason::UnknownValue {
+            field: format!("metadata.annotations[{key}]"),
+            value: value.to_string(),
+            expected: "an IPVS scheduler name such as rr, wrr, lc, sh, mh",
+        });
+    }
+    Ok(Some(value.to_string()))
 }
 
 /// `spec.clusterIPs`, falling back to `spec.clusterIP`; empty for a headless Service.

@@ -141,7 +141,15 @@ pub struct Service {
     pub health_check_node_port: Option<u16>,
     /// `spec.loadBalancerSourceRanges`.
     pub load_balancer_source_ranges: Vec<IpNet>,
+    /// A per-Service IPVS scheduler from the [`SCHEDULER_ANNOTATION`] (or kube-router's)
+    /// annotation, overriding `--ipvs-scheduler`.
+    pub scheduler: Option<String>,
 }
+
+/// The annotation that picks a Service's own IPVS scheduler (`sh`, `mh`, `lc`...).
+pub const SCHEDULER_ANNOTATION: &str = "kube-proxy-ipvs.io/scheduler";
+/// kube-router's annotation of the same meaning, honoured so its users keep their setup.
+pub const KUBE_ROUTER_SCHEDULER_ANNOTATION: &str = "kube-router.io/service.scheduler";
 
 /// One port of an EndpointSlice.
 #[derive(Debug, Clone, PartialEq, Eq)]

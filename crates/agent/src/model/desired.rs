@@ -166,7 +166,10 @@ impl Builder<'_> {
             }
             return;
         }
-        let scheduler = self.config.scheduler.clone();
+        let scheduler = service
+            .scheduler
+            .clone()
+            .unwrap_or_else(|| self.config.scheduler.clone());
         let sched_flags = if scheduler == "mh" {
             SCHED_FLAG_PORT
         } else {

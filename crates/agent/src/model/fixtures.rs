@@ -26,6 +26,7 @@ pub fn svc(name: &str) -> Svc {
         internal_traffic_policy: TrafficPolicy::Cluster,
         health_check_node_port: None,
         load_balancer_source_ranges: vec![],
+        scheduler: None,
     })
 }
 

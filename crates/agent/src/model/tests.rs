@@ -511,3 +511,22 @@ fn cleanup_removes_only_what_the_agent_owns() {
         "sets go last: {ops:?}"
     );
 }
+
+#[test]
+fn a_services_own_scheduler_overrides_the_flag() {
+    let mut s = svc("hashed").cluster_ip("10.96.0.20").tcp(80);
+    s.0.scheduler = Some("sh".into());
+    let c = cluster(
+        vec![s, svc("plain").cluster_ip("10.96.0.21").tcp(80)],
+        vec![],
+    );
+    let d = desired(&c, &config(), &host()).state;
+    assert_eq!(
+        d.services[&key("10.96.0.20", Protocol::Tcp, 80)].scheduler,
+        "sh"
+    );
+    assert_eq!(
+        d.services[&key("10.96.0.21", Protocol::Tcp, 80)].scheduler,
+        "rr"
+    );
+}

@@ -376,6 +376,7 @@ fn service_defaults() {
             internal_traffic_policy: TrafficPolicy::Cluster,
             health_check_node_port: None,
             load_balancer_source_ranges: vec![],
+            scheduler: None,
         }
     );
 }
@@ -844,5 +845,27 @@ fn default_api_objects_never_panic() {
             .unwrap()
             .cluster_ips
             .is_empty()
+    );
+}
+
+#[test]
+fn scheduler_annotations_pick_a_services_own_scheduler() {
+    let with = |annotation: &str| {
+        let svc: core::Service = parse(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, annotations: {{{annotation}}}}}\n\
+             spec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}]}}\n"
+        ));
+        service(&svc)
+    };
+    let ours = with("kube-proxy-ipvs.io/scheduler: sh").unwrap().unwrap();
+    assert_eq!(ours.scheduler.as_deref(), Some("sh"));
+    let kube_router = with("kube-router.io/service.scheduler: mh")
+        .unwrap()
+        .unwrap();
+    assert_eq!(kube_router.scheduler.as_deref(), Some("mh"));
+    let bad = with("kube-proxy-ipvs.io/scheduler: 'r r'").unwrap_err();
+    assert!(
+        bad.to_string().contains("kube-proxy-ipvs.io/scheduler"),
+        "{bad}"
     );
 }
