@@ -12,6 +12,19 @@ use ipvs_netlink::{
 };
 use lab::guest::{Netns, sh, try_sh};
 
+/// Serialises the tests of this binary. IPVS keeps every namespace's services in one hash
+/// table and its dumps count entries of all namespaces to resume (`++idx <= start` before
+/// the namespace check in `ip_vs_genl_dump_services`), so a multi-part dump in one namespace
+/// repeats or skips entries while another namespace adds services: seen here as ipvsadm
+/// printing a service twice when these tests ran in parallel.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs `f` with a handle on a current-thread runtime built on the test's thread, so the
 /// socket lives in the test's namespace.
 fn with_handle<F, Fut>(f: F)
@@ -37,6 +50,7 @@ fn ip(s: &str) -> IpAddr {
 /// family, fwmark, persistence engine and forwarding method.
 #[test]
 fn library_reads_what_ipvsadm_made() {
+    let _serial = serial();
     let _ns = Netns::fresh();
     for (i, s) in Scheduler::KNOWN.iter().enumerate() {
         sh(&format!("ipvsadm -A -t 10.1.0.{i}:80 -s {}", s.name()));
@@ -167,6 +181,7 @@ fn library_reads_what_ipvsadm_made() {
 /// Services the library makes, printed by `ipvsadm -Sn` exactly as expected.
 #[test]
 fn ipvsadm_prints_what_the_library_made() {
+    let _serial = serial();
     let _ns = Netns::fresh();
     with_handle(|h| async move {
         let s = h.services();
@@ -316,6 +331,7 @@ fn ipvsadm_prints_what_the_library_made() {
 /// Edits and deletions, with the kernel's errors sorted and idempotent variants.
 #[test]
 fn edit_delete_and_errors_keep_errno() {
+    let _serial = serial();
     let _ns = Netns::fresh();
     with_handle(|h| async move {
         let key = ServiceKey::tcp(ip("10.2.0.1"), 80);
@@ -386,6 +402,7 @@ fn edit_delete_and_errors_keep_errno() {
 /// Timeouts, info, zero, flush and sync daemons, each checked against ipvsadm.
 #[test]
 fn timeouts_info_zero_flush_and_daemons() {
+    let _serial = serial();
     let _ns = Netns::fresh();
     sh("ipvsadm --set 100 20 30");
     sh("ipvsadm -A -t 10.3.0.1:80 -s rr && ipvsadm -A -u 10.3.0.1:53 -s rr");
@@ -467,6 +484,7 @@ fn timeouts_info_zero_flush_and_daemons() {
 /// A batch applies many requests in few sendmsgs and reports each one's result.
 #[test]
 fn batch_reports_each_result() {
+    let _serial = serial();
     let _ns = Netns::fresh();
     sh("ipvsadm -A -t 10.4.0.1:80 -s wlc");
     with_handle(|h| async move {
@@ -578,6 +596,7 @@ const RICH: &str = "\
 /// ipvsadm and on one made by `ipvs restore`.
 #[test]
 fn example_save_list_and_restore_match_ipvsadm() {
+    let _serial = serial();
     let ipvs = ipvs_example();
     std::fs::write("/tmp/rich.rules", RICH).unwrap();
     {
@@ -596,9 +615,17 @@ fn example_save_list_and_restore_match_ipvsadm() {
     {
         let _ns = Netns::fresh();
         sh(&format!("{ipvs} restore < /tmp/rich.rules"));
+        // Same rules as ipvsadm -R made. Not necessarily in the same order: ipvsadm's
+        // comparator is not transitive, so its order follows the kernel's dump order, which
+        // follows the shared hash table's chains (other namespaces' entries included).
+        let lines = |s: &str| {
+            let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+            v.sort();
+            v
+        };
         assert_eq!(
-            sh("ipvsadm -Sn"),
-            std::fs::read_to_string("/tmp/rich.saved").unwrap()
+            lines(&sh("ipvsadm -Sn")),
+            lines(&std::fs::read_to_string("/tmp/rich.saved").unwrap())
         );
         assert_eq!(sh(&format!("{ipvs} save")), sh("ipvsadm -Sn"));
         // failures are reported per rule and make the exit status non-zero
@@ -693,6 +720,7 @@ fn hex(bytes: &[u8]) -> String {
 /// byte for byte and decodes the answers.
 #[test]
 fn ipvsadm_requests_match_the_library_byte_for_byte() {
+    let _serial = serial();
     use ipvs_netlink::{Command, IpvsMessage, MessageAttr};
     let _ns = Netns::fresh();
     let capture = Capture::start();

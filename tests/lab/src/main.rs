@@ -29,6 +29,10 @@ enum Cmd {
         /// named as the command are copied with their libraries automatically.
         #[arg(long = "file")]
         files: Vec<PathBuf>,
+        /// A host program to copy into the guest at the same path, with its shared libraries
+        /// (repeatable).
+        #[arg(long = "exe")]
+        executables: Vec<PathBuf>,
         /// The command: a host program (copied in) or a program of the image (`ipvsadm`).
         #[arg(required = true, last = true)]
         command: Vec<String>,
@@ -102,12 +106,16 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
         Cmd::Run {
             vm: args,
             files,
+            executables,
             command,
         } => {
             let image = Image::ensure()?;
             let mut payload = Payload::new(&image);
             for f in &files {
                 payload.add_host_file(f, 0o644)?;
+            }
+            for e in &executables {
+                payload.add_executable(e)?;
             }
             let mut words = command.clone();
             let host = PathBuf::from(&command[0]);
