@@ -6,11 +6,15 @@ set -e
 agent=$1
 manifests=$2
 sysctl -qw net.ipv4.ip_forward=1
+# As on any kubeadm node: bridged pod traffic goes through netfilter (pod -> VIP -> other pod).
+modprobe br_netfilter && sysctl -qw net.bridge.bridge-nf-call-iptables=1
 ip link add cni0 type bridge && ip addr add 10.244.0.1/24 dev cni0 && ip link set cni0 up
 for i in 1 2 3; do
     ip netns add web-$i
     ip link add vweb$i type veth peer name eth0 netns web-$i
     ip link set vweb$i master cni0 up
+    # What the CNI bridge plugin does with hairpinMode: a pod can reach itself through the bridge.
+    bridge link set dev vweb$i hairpin on
     ip -n web-$i link set lo up
     ip -n web-$i addr add 10.244.0.$((i + 1))/24 dev eth0 && ip -n web-$i link set eth0 up
     ip -n web-$i route add default via 10.244.0.1

@@ -22,8 +22,8 @@ use crate::model::kernel::{KernelState, LINK_NAME, Set, SetEntry, SetKind, Virtu
 use crate::model::plan::{Op, Plan};
 use crate::model::sets::{self, set_name};
 
-/// Concurrent destination dumps while observing.
-const DUMP_CONCURRENCY: usize = 32;
+/// Destination dumps in flight while observing: the kernel runs one dump per socket at a time.
+const DUMP_CONCURRENCY: usize = 1;
 
 /// The real kernel.
 pub struct Kernel {
