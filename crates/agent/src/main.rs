@@ -21,7 +21,10 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var("TERM").is_ok_and(|t| t != "dumb"),
+        )
         .init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
