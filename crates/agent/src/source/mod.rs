@@ -4,6 +4,7 @@
 //! them with [`crate::k8s::convert`], and watches the files so that a change triggers a
 //! new sync.
 
+pub mod api;
 pub mod manifests;
 
 pub use manifests::{Loaded, load, watch};

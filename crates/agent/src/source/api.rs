@@ -1,0 +1,584 @@
+//! The API-server source: list/watch of Services, EndpointSlices and the agent's own Node,
+//! turned into [`Cluster`] snapshots.
+//!
+//! Each kind has a kube-runtime [`watcher`], selected on the server the way kube-proxy's
+//! informers are: Services and EndpointSlices with [`SELECTOR`]
+//! (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`), the Node
+//! with the field selector `metadata.name=<node>`. Every object is converted once per
+//! `resourceVersion` by [`crate::k8s::convert`] when it arrives; a rejected one is logged
+//! once, with the reason, and left out of the snapshots, and nothing here panics on what the
+//! server sends.
+//!
+//! Level-triggered: an event only updates its store and marks the snapshot dirty; a fresh
+//! [`Cluster`] is built from the stores and published on the `watch` channel at most once per
+//! [`Watches::coalesce`] period (a lone event after a quiet period is published at once).
+//! Nothing is published before every watcher has listed once, so the channel holds `None`
+//! until the cache is complete; an empty cache never means "delete everything".
+//!
+//! A relist (after a `410 Gone`, or when a page's continue token expired) fills a separate
+//! buffer while the snapshots keep the previous, complete store; the buffer replaces the
+//! store only when the list is done (kube-runtime's `Init`/`InitApply`/`InitDone`).
+//!
+//! # Client
+//! [`client`] builds a [`kube::Client`] the way kube-proxy's `--kubeconfig` and `--master`
+//! do. kube (5.x) has no request rate limiter, so `--kube-api-qps` and `--kube-api-burst`
+//! have no effect here: after the three initial lists, the agent's requests are one watch per
+//! kind every few minutes (and a relist after a `410`), each behind kube-runtime's
+//! exponential backoff (0.8 s to 30 s, as client-go's reflector). kube speaks JSON only:
+//! there is no protobuf content type.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use kube::api::Api;
+use kube::config::{Config, InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::k8s::convert::{self, ConvertError};
+use crate::model::cluster::{self, Cluster, ServiceRef};
+
+/// The label selector of the Service and EndpointSlice watches, as kube-proxy's informers
+/// use: objects of another proxy and those of headless Services stay on the server.
+pub const SELECTOR: &str =
+    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+
+/// The taint the cluster autoscaler puts on a Node it is about to delete.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// The default [`Watches::coalesce`] period.
+pub const DEFAULT_COALESCE: Duration = Duration::from_millis(100);
+
+/// What the API-server source cannot do at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Neither `--kubeconfig` nor `--master` was given and the agent is not in a pod.
+    #[error(
+        "cannot read the in-cluster configuration (outside a pod, give --kubeconfig or --master)"
+    )]
+    InCluster(#[source] InClusterError),
+    /// The `--kubeconfig` file cannot be read or used.
+    #[error("cannot use the kubeconfig {path}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: KubeconfigError,
+    },
+    /// `--master` is not a URL.
+    #[error("--master {url:?} is not a URL")]
+    Master {
+        /// The value given.
+        url: String,
+        /// Why.
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    /// The client cannot be built from the configuration (TLS setup, for instance).
+    #[error("cannot build the API client")]
+    Client(#[source] kube::Error),
+    /// The Node watch needs the node's name.
+    #[error("the node name is empty: the API source watches the agent's own Node by name")]
+    NoNodeName,
+}
+
+/// A `Result` whose error is this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where the API server is and how to reach it: kube-proxy's `--kubeconfig` and `--master`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// `--kubeconfig`: a kubeconfig file (its current context).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--master`: the API server's URL, overriding the kubeconfig's server.
+    pub master: Option<String>,
+}
+
+/// The client configuration kube-proxy would use: with neither option, the pod's
+/// service-account (in-cluster) configuration; with `kubeconfig`, that file's current
+/// context; `master` overrides the server URL (and alone gives an unauthenticated client of
+/// that URL).
+pub async fn config(options: &ClientOptions) -> Result<Config> {
+    let master = options
+        .master
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map(|url| {
+            url.parse::<http::Uri>().map_err(|source| Error::Master {
+                url: url.to_owned(),
+                source,
+            })
+        })
+        .transpose()?;
+    let kubeconfig = options
+        .kubeconfig
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let mut config = match (kubeconfig, master.clone()) {
+        (None, None) => Config::incluster().map_err(Error::InCluster)?,
+        (None, Some(url)) => Config::new(url),
+        (Some(path), _) => from_kubeconfig(path).await?,
+    };
+    if let Some(url) = master {
+        config.cluster_url = url;
+    }
+    Ok(config)
+}
+
+async fn from_kubeconfig(path: &Path) -> Result<Config> {
+    let failed = |source| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    };
+    let file = Kubeconfig::read_from(path).map_err(failed)?;
+    Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(failed)
+}
+
+/// A client built from [`config`].
+pub async fn client(options: &ClientOptions) -> Result<Client> {
+    let config = config(options).await?;
+    Client::try_from(config).map_err(Error::Client)
+}
+
+/// What the agent's Node says about its own end, read from the same watch as the snapshots.
+/// kube-proxy's `/healthz` fails on a node in either state so that load balancers drain it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeLifecycle {
+    /// The Node has a `deletionTimestamp`.
+    pub deleting: bool,
+    /// The Node carries the cluster autoscaler's [`TO_BE_DELETED_TAINT`].
+    pub to_be_deleted: bool,
+}
+
+impl NodeLifecycle {
+    fn of(node: &core::Node) -> Self {
+        Self {
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            to_be_deleted: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == TO_BE_DELETED_TAINT),
+        }
+    }
+}
+
+/// The API-server source: configure, then [`Watches::run`].
+#[derive(Clone)]
+pub struct Watches {
+    client: Client,
+    node_name: String,
+    coalesce: Duration,
+    page_size: Option<u32>,
+    lifecycle: Option<Arc<watch::Sender<NodeLifecycle>>>,
+}
+
+impl Debug for Watches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watches")
+            .field("node_name", &self.node_name)
+            .field("coalesce", &self.coalesce)
+            .field("page_size", &self.page_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Watches {
+    /// Watches for the node `node_name` through `client`.
+    pub fn new(client: Client, node_name: impl Into<String>) -> Self {
+        Self {
+            client,
+            node_name: node_name.into(),
+            coalesce: DEFAULT_COALESCE,
+            page_size: None,
+            lifecycle: None,
+        }
+    }
+
+    /// The least time between two published snapshots (default [`DEFAULT_COALESCE`]): a
+    /// burst of events within it makes one snapshot.
+    #[must_use]
+    pub fn coalesce(mut self, period: Duration) -> Self {
+        self.coalesce = period;
+        self
+    }
+
+    /// Lists in pages of `limit` objects, each a consistent read from etcd. By default
+    /// (`None`) a list is one `resourceVersion=0` request served from the API server's watch
+    /// cache, as client-go's informers do: the cheap choice for a DaemonSet on thousands of
+    /// nodes.
+    #[must_use]
+    pub fn page_size(mut self, limit: Option<u32>) -> Self {
+        self.page_size = limit;
+        self
+    }
+
+    /// Publishes the Node's [`NodeLifecycle`] on `sender` along with each snapshot.
+    #[must_use]
+    pub fn node_lifecycle(mut self, sender: watch::Sender<NodeLifecycle>) -> Self {
+        self.lifecycle = Some(Arc::new(sender));
+        self
+    }
+
+    fn watcher_config(&self) -> watcher::Config {
+        let mut config = watcher::Config::default();
+        config.page_size = self.page_size;
+        if self.page_size.is_none() {
+            config = config.any_semantic();
+        }
+        config
+    }
+
+    /// Watches until every receiver of `snapshots` is gone, publishing `Some(snapshot)` once
+    /// every watch has listed and after each change. Watch errors are logged and retried with
+    /// backoff (kube-runtime recovers a dropped watch from its last `resourceVersion` and
+    /// relists after a `410 Gone`); they never end the loop.
+    pub async fn run(self, snapshots: watch::Sender<Option<Arc<Cluster>>>) -> Result<()> {
+        if self.node_name.is_empty() {
+            return Err(Error::NoNodeName);
+        }
+        let config = self.watcher_config();
+        let services = watch_kind::<core::Service>(
+            Api::all(self.client.clone()),
+            config.clone().labels(SELECTOR),
+        )
+        .map(Update::Service);
+        let slices = watch_kind::<discovery::EndpointSlice>(
+            Api::all(self.client.clone()),
+            config.clone().labels(SELECTOR),
+        )
+        .map(Update::Slice);
+        let nodes = watch_kind::<core::Node>(
+            Api::all(self.client.clone()),
+            config.fields(&format!("metadata.name={}", self.node_name)),
+        )
+        .map(Update::Node);
+        let mut updates = futures::stream::select(futures::stream::select(services, slices), nodes);
+
+        let mut stores = Stores::default();
+        let mut due: Option<Instant> = None;
+        let mut last_publish: Option<Instant> = None;
+        let mut published: Option<Arc<Cluster>> = None;
+        loop {
+            let ready = stores.ready();
+            let publish_at = due.filter(|_| ready);
+            tokio::select! {
+                biased;
+                () = snapshots.closed() => return Ok(()),
+                () = sleep_until(publish_at) => {
+                    due = None;
+                    last_publish = Some(Instant::now());
+                    let cluster = stores.cluster();
+                    if published.as_deref() != Some(&cluster) {
+                        let cluster = Arc::new(cluster);
+                        debug!(
+                            services = cluster.services.len(),
+                            slices = cluster.slices.len(),
+                            node = cluster.node.is_some(),
+                            "publishing a cluster snapshot"
+                        );
+                        published = Some(cluster.clone());
+                        snapshots.send_replace(Some(cluster));
+                    }
+                    if let Some(tx) = &self.lifecycle {
+                        tx.send_if_modified(|l| {
+                            let now = stores.lifecycle();
+                            std::mem::replace(l, now) != now
+                        });
+                    }
+                }
+                update = updates.next() => {
+                    let Some(update) = update else {
+                        // kube-runtime's watchers never end; if they do, keep the last state.
+                        return Ok(());
+                    };
+                    if stores.apply(update) && due.is_none() {
+                        let now = Instant::now();
+                        due = Some(match last_publish {
+                            Some(last) => (last + self.coalesce).max(now),
+                            None => now,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Watches the API server for `node_name`'s Services, EndpointSlices and Node with the
+/// default settings, publishing snapshots on `snapshots` (see [`Watches::run`]).
+pub async fn run(
+    client: Client,
+    node_name: String,
+    snapshots: watch::Sender<Option<Arc<Cluster>>>,
+) -> Result<()> {
+    Watches::new(client, node_name).run(snapshots).await
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+type WatchResult<K> = Result<Event<K>, watcher::Error>;
+
+fn watch_kind<K>(api: Api<K>, config: watcher::Config) -> BoxStream<'static, WatchResult<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, config).default_backoff().boxed()
+}
+
+/// One item from one of the three watchers.
+enum Update {
+    Service(WatchResult<core::Service>),
+    Slice(WatchResult<discovery::EndpointSlice>),
+    Node(WatchResult<core::Node>),
+}
+
+/// An API type the source watches, with its conversion to the model.
+trait Watched: Resource + Clone + Debug {
+    /// What one object becomes.
+    type Model: Clone + PartialEq + Debug;
+    /// The kind's name in logs.
+    const KIND: &'static str;
+    /// The object's model (`None` when it is left out) and, when rejected, why.
+    fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>);
+}
+
+fn from_result<M>(r: Result<Option<M>, ConvertError>) -> (Option<M>, Option<ConvertError>) {
+    match r {
+        Ok(m) => (m, None),
+        Err(e) => (None, Some(e)),
+    }
+}
+
+impl Watched for core::Service {
+    type Model = cluster::Service;
+    const KIND: &'static str = "Service";
+    fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>) {
+        from_result(convert::service(self))
+    }
+}
+
+impl Watched for discovery::EndpointSlice {
+    type Model = cluster::EndpointSlice;
+    const KIND: &'static str = "EndpointSlice";
+    fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>) {
+        from_result(convert::endpoint_slice(self))
+    }
+}
+
+/// The own Node's model and lifecycle: the lifecycle is known even when the rest is rejected.
+#[derive(Debug, Clone, PartialEq)]
+struct OwnNode {
+    node: Option<cluster::Node>,
+    lifecycle: NodeLifecycle,
+}
+
+impl Watched for core::Node {
+    type Model = OwnNode;
+    const KIND: &'static str = "Node";
+    fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>) {
+        let lifecycle = NodeLifecycle::of(self);
+        let (node, rejected) = match convert::node(self) {
+            Ok(n) => (Some(n), None),
+            Err(e) => (None, Some(e)),
+        };
+        (Some(OwnNode { node, lifecycle }), rejected)
+    }
+}
+
+/// Namespace (empty for a Node) and name.
+type Key = (String, String);
+
+/// One object as converted, with the version it was converted at.
+#[derive(Debug, Clone)]
+struct Entry<M> {
+    version: String,
+    model: Option<M>,
+}
+
+/// The converted objects of one kind.
+#[derive(Debug)]
+struct Store<K: Watched> {
+    /// What the snapshots are built from.
+    live: BTreeMap<Key, Entry<K::Model>>,
+    /// A relist in progress: replaces `live` at `InitDone`.
+    relist: Option<BTreeMap<Key, Entry<K::Model>>>,
+    /// Whether a list has completed once.
+    listed: bool,
+    /// How many object versions were rejected.
+    rejected: u64,
+}
+
+impl<K: Watched> Default for Store<K> {
+    fn default() -> Self {
+        Self {
+            live: BTreeMap::new(),
+            relist: None,
+            listed: false,
+            rejected: 0,
+        }
+    }
+}
+
+impl<K: Watched> Store<K> {
+    fn key(obj: &K) -> Key {
+        (obj.namespace().unwrap_or_default(), obj.name_any())
+    }
+
+    /// The entry for `obj`, reusing the live one when its version is the same, so each
+    /// version is converted (and a rejection logged) once.
+    fn entry(&mut self, key: &Key, obj: &K) -> Entry<K::Model> {
+        let version = obj.resource_version().unwrap_or_default();
+        if !version.is_empty()
+            && let Some(e) = self.live.get(key).filter(|e| e.version == version)
+        {
+            return e.clone();
+        }
+        let (model, rejected) = obj.convert();
+        if let Some(e) = rejected {
+            self.rejected += 1;
+            warn!(version = %version, reason = %e.reason, "{}: left out", e.object);
+        } else if model.is_none() {
+            debug!(kind = K::KIND, namespace = %key.0, name = %key.1, "not proxied");
+        }
+        Entry { version, model }
+    }
+
+    /// Applies one watcher event; true when the snapshot changes.
+    fn apply(&mut self, event: Event<K>) -> bool {
+        match event {
+            Event::Init => {
+                if self.listed {
+                    info!(
+                        kind = K::KIND,
+                        "relisting; snapshots keep the previous list"
+                    );
+                }
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Event::InitApply(obj) => {
+                let key = Self::key(&obj);
+                let entry = self.entry(&key, &obj);
+                self.relist.get_or_insert_default().insert(key, entry);
+                false
+            }
+            Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let old = std::mem::replace(&mut self.live, listed);
+                let first = !self.listed;
+                self.listed = true;
+                if first {
+                    debug!(kind = K::KIND, objects = self.live.len(), "listed");
+                }
+                first || !same_models(&old, &self.live)
+            }
+            Event::Apply(obj) => {
+                let key = Self::key(&obj);
+                let entry = self.entry(&key, &obj);
+                let changed = match self.live.get(&key) {
+                    Some(old) => old.model != entry.model,
+                    None => entry.model.is_some(),
+                };
+                self.live.insert(key, entry);
+                changed
+            }
+            Event::Delete(obj) => self
+                .live
+                .remove(&Self::key(&obj))
+                .is_some_and(|e| e.model.is_some()),
+        }
+    }
+
+    fn models(&self) -> impl Iterator<Item = &K::Model> {
+        self.live.values().filter_map(|e| e.model.as_ref())
+    }
+}
+
+fn same_models<M: PartialEq>(a: &BTreeMap<Key, Entry<M>>, b: &BTreeMap<Key, Entry<M>>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, ea), (kb, eb))| ka == kb && ea.model == eb.model)
+}
+
+/// The three stores.
+#[derive(Default)]
+struct Stores {
+    services: Store<core::Service>,
+    slices: Store<discovery::EndpointSlice>,
+    nodes: Store<core::Node>,
+}
+
+impl Stores {
+    fn ready(&self) -> bool {
+        self.services.listed && self.slices.listed && self.nodes.listed
+    }
+
+    fn apply(&mut self, update: Update) -> bool {
+        match update {
+            Update::Service(e) => apply_result(&mut self.services, e),
+            Update::Slice(e) => apply_result(&mut self.slices, e),
+            Update::Node(e) => apply_result(&mut self.nodes, e),
+        }
+    }
+
+    fn own_node(&self) -> Option<&OwnNode> {
+        self.nodes.models().next()
+    }
+
+    fn lifecycle(&self) -> NodeLifecycle {
+        self.own_node().map(|n| n.lifecycle).unwrap_or_default()
+    }
+
+    fn cluster(&self) -> Cluster {
+        Cluster {
+            services: self
+                .services
+                .models()
+                .map(|s| (s.id.clone(), s.clone()))
+                .collect::<BTreeMap<ServiceRef, _>>(),
+            slices: self
+                .slices
+                .models()
+                .map(|s| ((s.service.namespace.clone(), s.name.clone()), s.clone()))
+                .collect(),
+            node: self.own_node().and_then(|n| n.node.clone()),
+        }
+    }
+}
+
+fn apply_result<K: Watched>(store: &mut Store<K>, event: WatchResult<K>) -> bool {
+    match event {
+        Ok(event) => store.apply(event),
+        Err(e) => {
+            warn!(kind = K::KIND, error = %e, "watch failed; retrying with backoff");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
