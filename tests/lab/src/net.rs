@@ -23,7 +23,9 @@ pub fn bridge(gateway: &str) {
     ));
 }
 
-/// A pod: a namespace on `cni0` with servers on `ports` answering with the pod's name.
+/// A pod: a namespace on `cni0` with servers on `ports` answering with the pod's name. Its
+/// bridge port is in hairpin mode, as the CNI bridge plugin sets it, so the pod can reach
+/// itself through a Service.
 pub struct Pod {
     /// The pod's namespace.
     pub ns: NamedNetns,
@@ -42,6 +44,7 @@ impl Pod {
         sh(&format!(
             "ip link add {host_end} type veth peer name eth0 netns {n} && \
              ip link set {host_end} master cni0 up && \
+             bridge link set dev {host_end} hairpin on && \
              ip -n {n} addr add {ip}/24 dev eth0 && ip -n {n} link set eth0 up && \
              ip -n {n} route add default via {gateway}",
             n = ns.name()

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::cluster::Family;
+use super::iptables::canonical;
 use super::kernel::{KernelState, Rules, SetEntry, SetKind, VirtualServer, VsKey};
 use super::sets::{self, set_name};
 
@@ -274,7 +275,7 @@ pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNe
             .filter(|j| !have.jumps.contains(j))
             .cloned()
             .collect();
-        if !same_chains(want, &have) || !missing.is_empty() {
+        if !same_chains(want, &have, *family) || !missing.is_empty() {
             p.ops.push(Op::WriteRules {
                 family: *family,
                 rules: want.clone(),
@@ -357,8 +358,9 @@ fn without_destinations(vs: &VirtualServer) -> VirtualServer {
     }
 }
 
-fn same_chains(a: &Rules, b: &Rules) -> bool {
-    a.chains == b.chains && a.rules == b.rules
+/// Whether two rule sets hold the same chains with the same rules, however each was spelled.
+fn same_chains(a: &Rules, b: &Rules, family: Family) -> bool {
+    a.chains == b.chains && canonical(a, family) == canonical(b, family)
 }
 
 /// Plans `--cleanup`: every virtual server the agent owns (outside `exclude_cidrs`), the agent's

@@ -1,0 +1,515 @@
+//! Kernel tests of the agent, run inside the lab VM (`cargo run -p lab -- test -p
+//! kube-proxy-ipvs-agent`). Each test is a node of its own (a fresh network namespace) with
+//! pods on a bridge, an outside client facing the node address, manifests in a directory and
+//! the real agent binary; results are checked with real traffic and with the real `ipvsadm`,
+//! `ipset` and `iptables-save`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::guest::{NamedNetns, Netns, sh, try_sh};
+use lab::net::{Pod, ask_tcp, ask_udp, bridge, client, echo, open_tcp, within};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_kube-proxy-ipvs");
+const NODE_IP: &str = "192.168.100.1";
+
+/// One node: its namespace, pods, an outside client and a manifest directory.
+struct Node {
+    _ns: Netns,
+    dir: PathBuf,
+    pods: Vec<Pod>,
+    outside: NamedNetns,
+}
+
+impl Node {
+    /// A node with `pods` pods (10.244.0.2, .3, ...) answering on 8080 and 5353.
+    fn new(test: &str, pods: usize) -> Node {
+        let ns = Netns::fresh();
+        sh("modprobe br_netfilter && sysctl -qw net.bridge.bridge-nf-call-iptables=1");
+        bridge("10.244.0.1");
+        let pods = (0..pods)
+            .map(|i| {
+                Pod::start(
+                    &format!("{test}-p{i}"),
+                    &format!("10.244.0.{}", i + 2),
+                    "10.244.0.1",
+                    &[8080, 5353],
+                )
+            })
+            .collect();
+        let outside = client(&format!("{test}-out"), NODE_IP, "192.168.100.2");
+        let dir = std::env::temp_dir().join(format!("agent-lab-{test}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Node {
+            _ns: ns,
+            dir,
+            pods,
+            outside,
+        }
+    }
+
+    fn write(&self, file: &str, yaml: &str) {
+        std::fs::write(self.dir.join(file), yaml).unwrap();
+    }
+
+    fn remove(&self, file: &str) {
+        std::fs::remove_file(self.dir.join(file)).unwrap();
+    }
+
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(AGENT);
+        c.arg("--manifests")
+            .arg(&self.dir)
+            .args([
+                "--hostname-override",
+                "node-a",
+                "--cluster-cidr",
+                "10.244.0.0/16",
+            ])
+            .args(extra);
+        c
+    }
+
+    /// Runs the agent with `--once` and panics with its output unless it succeeds.
+    fn once(&self, extra: &[&str]) -> Output {
+        let out = self
+            .command(&[&["--once"], extra].concat())
+            .output()
+            .expect("run the agent");
+        assert!(
+            out.status.success(),
+            "agent failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn spawn(&self, extra: &[&str]) -> Child {
+        self.command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the agent")
+    }
+
+    fn from_outside(&self, addr: &str) -> Result<String, String> {
+        let addr: SocketAddr = addr.parse().unwrap();
+        within(&self.outside, move || ask_tcp(addr))
+    }
+
+    fn from_pod(&self, pod: usize, addr: &str) -> Result<String, String> {
+        let addr: SocketAddr = addr.parse().unwrap();
+        within(&self.pods[pod].ns, move || ask_tcp(addr))
+    }
+}
+
+/// A Service and its EndpointSlice, as YAML. `endpoints` are (pod index, node name).
+fn service(
+    name: &str,
+    cluster_ip: &str,
+    extra_spec: &str,
+    proto: &str,
+    port: u16,
+    target: u16,
+    endpoints: &[(usize, &str)],
+) -> String {
+    let eps: String = endpoints
+        .iter()
+        .map(|(i, node)| {
+            format!(
+                "  - {{addresses: [10.244.0.{}], nodeName: {node}}}\n",
+                i + 2
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: t}}\n\
+         spec:\n  clusterIP: {cluster_ip}\n{extra_spec}  ports: [{{name: p, protocol: {proto}, port: {port}, targetPort: {target}}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}-x, namespace: t, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+         addressType: IPv4\nports: [{{name: p, protocol: {proto}, port: {target}}}]\nendpoints:\n{eps}"
+    )
+}
+
+fn node_port_service(
+    name: &str,
+    cluster_ip: &str,
+    node_port: u16,
+    endpoints: &[(usize, &str)],
+) -> String {
+    service(
+        name,
+        cluster_ip,
+        "  type: NodePort\n",
+        "TCP",
+        80,
+        8080,
+        endpoints,
+    )
+    .replace(
+        "targetPort: 8080}]",
+        &format!("targetPort: 8080, nodePort: {node_port}}}]"),
+    )
+}
+
+fn names(n: usize, f: impl Fn() -> Result<String, String>) -> Vec<String> {
+    (0..n)
+        .map(|i| f().unwrap_or_else(|e| panic!("request {i}: {e}")))
+        .collect()
+}
+
+#[test]
+fn cluster_ip_node_port_and_hairpin_carry_traffic() {
+    let node = Node::new("traffic", 2);
+    node.write(
+        "web.yaml",
+        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
+    );
+    node.once(&[]);
+
+    // rr over two pods alternates, from outside the node...
+    let outside = names(4, || node.from_outside("10.96.0.10:80"));
+    assert_ne!(outside[0], outside[1], "{outside:?}");
+    assert_eq!(outside[0], outside[2], "{outside:?}");
+    // ...on the NodePort of the node's address...
+    let np = names(2, || node.from_outside(&format!("{NODE_IP}:30080")));
+    assert_ne!(np[0], np[1], "{np:?}");
+    // ...from the node itself (the VIP is its source address: masqueraded, kube-proxy #63241)...
+    let host = names(2, || ask_tcp("10.96.0.10:80".parse().unwrap()));
+    assert_ne!(host[0], host[1], "{host:?}");
+    // ...and from a pod to its own Service, reaching itself too (KUBE-LOOP-BACK).
+    let hairpin = names(4, || node.from_pod(0, "10.96.0.10:80"));
+    assert!(hairpin.contains(&node.pods[0].name), "{hairpin:?}");
+    assert!(hairpin.contains(&node.pods[1].name), "{hairpin:?}");
+}
+
+#[test]
+fn kernel_objects_match_kube_proxy_with_the_real_tools() {
+    let node = Node::new("objects", 2);
+    node.write(
+        "web.yaml",
+        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
+    );
+    node.write(
+        "dns.yaml",
+        &service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(1, "node-b")]),
+    );
+    node.write(
+        "sctp.yaml",
+        &service(
+            "sig",
+            "10.96.0.60",
+            "",
+            "SCTP",
+            3868,
+            3868,
+            &[(0, "node-a")],
+        ),
+    );
+    node.once(&[]);
+
+    let ipvs = sh("ipvsadm -Sn");
+    for line in [
+        "-A -t 10.96.0.10:80 -s rr",
+        "-a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 1",
+        "-a -t 10.96.0.10:80 -r 10.244.0.3:8080 -m -w 1",
+        "-A -t 192.168.100.1:30080 -s rr",
+        "-A -u 10.96.0.53:53 -s rr",
+        "-a -u 10.96.0.53:53 -r 10.244.0.3:5353 -m -w 1",
+        "-A --sctp-service 10.96.0.60:3868 -s rr",
+        "-a --sctp-service 10.96.0.60:3868 -r 10.244.0.2:3868 -m -w 1",
+    ] {
+        assert!(
+            ipvs.lines().any(|l| l == line),
+            "missing {line:?} in:\n{ipvs}"
+        );
+    }
+    let sets = sh("ipset save");
+    for line in [
+        "add KUBE-CLUSTER-IP 10.96.0.10,tcp:80",
+        "add KUBE-CLUSTER-IP 10.96.0.53,udp:53",
+        "add KUBE-CLUSTER-IP 10.96.0.60,sctp:3868",
+        "add KUBE-NODE-PORT-TCP 30080",
+        "add KUBE-LOOP-BACK 10.244.0.2,tcp:8080,10.244.0.2",
+        "add KUBE-IPVS-IPS 10.96.0.10",
+        "create KUBE-NODE-PORT-TCP bitmap:port range 0-65535",
+    ] {
+        assert!(
+            sets.lines().any(|l| l.starts_with(line)),
+            "missing {line:?} in:\n{sets}"
+        );
+    }
+    // Only local endpoints go into the hairpin set.
+    assert!(!sets.contains("add KUBE-LOOP-BACK 10.244.0.3"), "{sets}");
+    let rules = sh("iptables-save");
+    for line in [
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+        "-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+        "-A INPUT -m comment --comment \"kubernetes ipvs access filter\" -j KUBE-IPVS-FILTER",
+        "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+    ] {
+        assert!(
+            rules.lines().any(|l| l == line),
+            "missing {line:?} in:\n{rules}"
+        );
+    }
+    assert_eq!(
+        sh("ip -br addr show kube-ipvs0").split_whitespace().nth(1),
+        Some("DOWN")
+    );
+    // A second run with nothing changed sends nothing.
+    let again = node.once(&["-v", "2"]);
+    let log = String::from_utf8_lossy(&again.stderr);
+    assert!(log.contains("ops=0"), "{log}");
+}
+
+#[test]
+fn udp_service_answers() {
+    let node = Node::new("udp", 1);
+    node.write(
+        "dns.yaml",
+        &service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(0, "node-a")]),
+    );
+    node.once(&[]);
+    let vip: SocketAddr = "10.96.0.53:53".parse().unwrap();
+    assert_eq!(
+        within(&node.outside, move || ask_udp(vip)),
+        Ok(node.pods[0].name.clone())
+    );
+}
+
+#[test]
+fn session_affinity_and_sh_stick_to_one_pod_per_client() {
+    let node = Node::new("sticky", 3);
+    let all = [(0, "node-a"), (1, "node-a"), (2, "node-a")];
+    node.write(
+        "sticky.yaml",
+        &service(
+            "sticky",
+            "10.96.0.11",
+            "  sessionAffinity: ClientIP\n",
+            "TCP",
+            80,
+            8080,
+            &all,
+        ),
+    );
+    node.write(
+        "hashed.yaml",
+        &service("hashed", "10.96.0.12", "", "TCP", 80, 8080, &all).replacen(
+            "namespace: t}",
+            "namespace: t, annotations: {kube-proxy-ipvs.io/scheduler: sh}}",
+            1,
+        ),
+    );
+    node.once(&[]);
+    assert!(sh("ipvsadm -Sn").contains("-A -t 10.96.0.11:80 -s rr -p 10800"));
+    assert!(sh("ipvsadm -Sn").contains("-A -t 10.96.0.12:80 -s sh"));
+    for vip in ["10.96.0.11:80", "10.96.0.12:80"] {
+        let got = names(5, || node.from_outside(vip));
+        assert!(got.iter().all(|n| *n == got[0]), "{vip}: {got:?}");
+        // From the node itself (another client address) it sticks as well.
+        let host = names(3, || ask_tcp(vip.parse().unwrap()));
+        assert!(host.iter().all(|n| *n == host[0]), "{vip}: {host:?}");
+    }
+}
+
+#[test]
+fn host_ports_are_not_reachable_on_a_vip() {
+    let node = Node::new("filter", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.once(&[]);
+    // A host service on every address, like sshd.
+    let listener = std::net::TcpListener::bind("0.0.0.0:2222").unwrap();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            use std::io::Write;
+            let _ = (&c).write_all(b"host\n");
+        }
+    });
+    assert_eq!(
+        node.from_outside(&format!("{NODE_IP}:2222")),
+        Ok("host".into()),
+        "the host service works"
+    );
+    let err = node.from_outside("10.96.0.10:2222").unwrap_err();
+    assert!(
+        err.contains("refused"),
+        "KUBE-IPVS-FILTER must reject it: {err}"
+    );
+    assert!(node.from_outside("10.96.0.10:80").is_ok());
+}
+
+#[test]
+fn foreign_ipvs_services_survive_syncs_and_cleanup() {
+    let node = Node::new("foreign", 1);
+    sh("ipvsadm -A -t 192.0.2.50:80 -s wlc && ipvsadm -a -t 192.0.2.50:80 -r 192.0.2.51:80 -g");
+    sh("ipset create FOREIGN hash:ip && iptables -t nat -N FOREIGN-CHAIN");
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.write(
+        "old.yaml",
+        &service("old", "10.96.0.20", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.once(&[]);
+    assert!(sh("ipvsadm -Sn").contains("10.96.0.20:80"));
+    // A Service goes away: ours is deleted, the foreign one stays.
+    node.remove("old.yaml");
+    node.once(&[]);
+    let ipvs = sh("ipvsadm -Sn");
+    assert!(!ipvs.contains("10.96.0.20"), "{ipvs}");
+    assert!(!sh("ip addr show kube-ipvs0").contains("10.96.0.20"));
+    assert!(
+        ipvs.contains("-A -t 192.0.2.50:80 -s wlc") && ipvs.contains("-r 192.0.2.51:80 -g"),
+        "{ipvs}"
+    );
+    // --cleanup removes all of ours and nothing else.
+    let out = Command::new(AGENT)
+        .args(["--hostname-override", "node-a", "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ipvs = sh("ipvsadm -Sn");
+    assert_eq!(
+        ipvs.lines().filter(|l| l.starts_with("-A")).count(),
+        1,
+        "{ipvs}"
+    );
+    assert!(ipvs.contains("192.0.2.50:80"));
+    let sets = sh("ipset list -n");
+    assert_eq!(sets.trim(), "FOREIGN");
+    let rules = sh("iptables-save");
+    assert!(!rules.contains("KUBE-"), "{rules}");
+    assert!(rules.contains(":FOREIGN-CHAIN"));
+    let (link_left, _) = try_sh("ip link show kube-ipvs0");
+    assert!(!link_left, "kube-ipvs0 must be gone");
+}
+
+#[test]
+fn restarts_and_changes_keep_established_connections() {
+    let node = Node::new("restart", 2);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.once(&[]);
+    let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
+    let (name, mut conn) = within(&node.outside, move || open_tcp(vip)).unwrap();
+    assert_eq!(name, node.pods[0].name);
+    // Restart with nothing changed, then with a second endpoint added.
+    node.once(&[]);
+    node.write(
+        "web.yaml",
+        &service(
+            "web",
+            "10.96.0.10",
+            "",
+            "TCP",
+            80,
+            8080,
+            &[(0, "node-a"), (1, "node-a")],
+        ),
+    );
+    node.once(&[]);
+    assert_eq!(echo(&mut conn, "still there"), Ok("still there".into()));
+}
+
+#[test]
+fn a_bad_service_is_skipped_and_the_others_work() {
+    let node = Node::new("bad", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.write(
+        "bad.yaml",
+        &service("bad", "10.96.0.300", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.write(
+        "bad2.yaml",
+        &service("bad2", "10.96.0.31", "", "ICMP", 80, 8080, &[(0, "node-a")]),
+    );
+    let out = node.once(&[]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("t/bad") && log.contains("10.96.0.300"),
+        "{log}"
+    );
+    assert!(log.contains("t/bad2") && log.contains("ICMP"), "{log}");
+    assert_eq!(
+        node.from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_touches_nothing() {
+    let node = Node::new("dryrun", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let out = node.command(&["--dry-run"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("add service 10.96.0.10:80/tcp rr"), "{plan}");
+    assert!(plan.contains("-A KUBE-POSTROUTING"), "{plan}");
+    assert_eq!(sh("ipvsadm -Sn"), "");
+    assert_eq!(sh("ipset list -n"), "");
+    assert!(!try_sh("ip link show kube-ipvs0").0);
+}
+
+#[test]
+fn a_running_agent_applies_manifest_changes() {
+    let node = Node::new("running", 2);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let mut agent = node.spawn(&["--ipvs-min-sync-period", "0s"]);
+    let wait_for = |what: &str, want: &dyn Fn(&str) -> bool| {
+        let start = Instant::now();
+        loop {
+            let ipvs = sh("ipvsadm -Sn");
+            if want(&ipvs) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out waiting for {what}:\n{ipvs}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for("the first sync", &|s| s.contains("-r 10.244.0.2:8080"));
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(1, "node-a")]),
+    );
+    wait_for("the endpoint change", &|s| {
+        s.contains("-r 10.244.0.3:8080") && !s.contains("-r 10.244.0.2:8080")
+    });
+    assert_eq!(
+        node.from_outside("10.96.0.10:80"),
+        Ok(node.pods[1].name.clone())
+    );
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
