@@ -575,7 +575,8 @@ fn mark_hex(s: &str) -> String {
         Some(h) => u32::from_str_radix(h, 16).ok(),
         None => s.parse().ok(),
     };
-    v.map(|v| format!("{v:#x}")).unwrap_or_else(|| s.to_string())
+    v.map(|v| format!("{v:#x}"))
+        .unwrap_or_else(|| s.to_string())
 }
 
 /// Splits a rule into words, keeping `"quoted comments"` whole (quotes included).
@@ -705,7 +706,10 @@ mod tests {
             ],
             jumps: vec![],
         };
-        assert_eq!(canonical(&saved, Family::V4), canonical(&written, Family::V4));
+        assert_eq!(
+            canonical(&saved, Family::V4),
+            canonical(&written, Family::V4)
+        );
         let mut other = written.clone();
         other.rules[0].1 = "-A KUBE-MARK-MASQ -j MARK --or-mark 0x8000".into();
         assert_ne!(canonical(&saved, Family::V4), canonical(&other, Family::V4));
