@@ -18,8 +18,11 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod config_file;
 pub mod dataplane;
+pub mod health;
 pub mod k8s;
+pub mod metrics;
 pub mod model;
 pub mod run;
 pub mod source;

@@ -1,0 +1,250 @@
+//! Command-line flags over the configuration file.
+//!
+//! kube-proxy ignores almost every flag when `--config` is given: it replaces its whole
+//! configuration with the file's and keeps only `--hostname-override` and the logging flags
+//! (`-v`, `--logging-format`, `--vmodule`). We instead let every flag given explicitly on the
+//! command line override the file's value, the rule kubelet follows, and log a warning naming
+//! the flag and the field, saying that kube-proxy would have ignored it. The reasons: a flag
+//! someone typed is a flag they meant, and silently dropping it is the surprise kube-proxy's
+//! own help text has to warn about on each flag; the warning keeps a migrated DaemonSet whose
+//! flags contradict its ConfigMap visible rather than silently different. Flags left at their
+//! defaults never override the file; [`FlagOverrides::from_matches`] tells the two apart with
+//! clap's value source.
+
+use std::collections::BTreeMap;
+
+use clap::parser::ValueSource;
+
+use super::{Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, append_port};
+
+/// The kube-proxy flags given explicitly, by long name (`ipvs-sync-period`), each with its
+/// raw values in order (list flags split at commas, as pflag's string slices).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlagOverrides {
+    values: BTreeMap<String, Vec<String>>,
+}
+
+/// Flags that kube-proxy still honours when `--config` is given.
+const HONOURED_WITH_CONFIG: &[&str] = &["hostname-override", "v", "logging-format", "vmodule"];
+
+impl FlagOverrides {
+    /// No flags.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `--flag value` (repeatable; list flags split at commas).
+    pub fn with(mut self, flag: &str, value: &str) -> Self {
+        self.values
+            .entry(flag.to_string())
+            .or_default()
+            .push(value.to_string());
+        self
+    }
+
+    /// The flags that `matches` got from the command line (or the environment), not from
+    /// defaults. `command` is the one that produced `matches` (`Args::command()`), used for
+    /// the flags' long names; works whatever flags `Args` defines.
+    pub fn from_matches(command: &clap::Command, matches: &clap::ArgMatches) -> Self {
+        let mut out = Self::default();
+        for arg in command.get_arguments() {
+            let (Some(long), id) = (arg.get_long(), arg.get_id().as_str()) else {
+                continue;
+            };
+            if !matches!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            ) {
+                continue;
+            }
+            let values: Vec<String> = match matches.try_get_raw(id) {
+                Ok(Some(raw)) => raw.map(|v| v.to_string_lossy().into_owned()).collect(),
+                // A flag without a value (`ArgAction::SetTrue` stores one; this is a count).
+                _ => vec!["true".into()],
+            };
+            out.values.insert(long.to_string(), values);
+        }
+        out
+    }
+
+    /// The values of `flag`, if it was given.
+    pub fn get(&self, flag: &str) -> Option<&[String]> {
+        self.values.get(flag).map(Vec::as_slice)
+    }
+
+    /// True when no flag was given.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+impl KubeProxyConfiguration {
+    /// Applies the explicit `flags` over this (defaulted) configuration. Returns a warning for
+    /// every flag that overrides a value read from a file (`from_file`) which kube-proxy would
+    /// have ignored. Flags that are not kube-proxy's (`--manifests`, `--config`, ...) are
+    /// skipped. A bad value is an error naming the flag.
+    pub fn apply_flags(
+        &mut self,
+        flags: &FlagOverrides,
+        from_file: bool,
+    ) -> Result<Vec<String>, Error> {
+        let mut warnings = Vec::new();
+        let mut errs = Vec::new();
+        for (flag, values) in &flags.values {
+            let last = values.last().map(String::as_str).unwrap_or("");
+            let list = || -> Vec<String> {
+                values
+                    .iter()
+                    .flat_map(|v| v.split(','))
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            };
+            let result = self.apply_flag(flag, last, list);
+            match result {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(message) => {
+                    errs.push(FieldError::new(format!("--{flag}"), message));
+                    continue;
+                }
+            }
+            if from_file && !HONOURED_WITH_CONFIG.contains(&flag.as_str()) {
+                let path = FIELDS
+                    .iter()
+                    .find(|f| f.flag == Some(flag.as_str()))
+                    .map(|f| f.path)
+                    .unwrap_or(match flag.as_str() {
+                        "healthz-port" => "healthzBindAddress",
+                        "metrics-port" => "metricsBindAddress",
+                        _ => "?",
+                    });
+                warnings.push(format!(
+                    "--{flag} overrides {path} from the config file (kube-proxy would ignore the flag when --config is given)"
+                ));
+            }
+        }
+        if errs.is_empty() {
+            Ok(warnings)
+        } else {
+            Err(Error::invalid(errs))
+        }
+    }
+
+    /// Applies one flag; `Ok(false)` when it is not a kube-proxy configuration flag.
+    fn apply_flag(
+        &mut self,
+        flag: &str,
+        v: &str,
+        list: impl Fn() -> Vec<String>,
+    ) -> Result<bool, String> {
+        let dur = |v: &str| GoDuration::parse(v);
+        let int = |v: &str| {
+            v.parse::<i32>()
+                .map_err(|_| format!("{v:?} is not an integer"))
+        };
+        match flag {
+            "proxy-mode" => self.mode = v.to_string(),
+            "hostname-override" => {
+                let name = v.trim();
+                if name.is_empty() {
+                    return Err("empty hostname-override is invalid".into());
+                }
+                self.hostname_override = name.to_lowercase();
+            }
+            "ipvs-scheduler" => self.ipvs.scheduler = v.to_string(),
+            "ipvs-sync-period" => self.ipvs.sync_period = dur(v)?,
+            "ipvs-min-sync-period" => self.ipvs.min_sync_period = dur(v)?,
+            "ipvs-exclude-cidrs" => self.ipvs.exclude_cidrs = list(),
+            "ipvs-strict-arp" => self.ipvs.strict_arp = go_bool(v)?,
+            "ipvs-tcp-timeout" => self.ipvs.tcp_timeout = dur(v)?,
+            "ipvs-tcpfin-timeout" => self.ipvs.tcp_fin_timeout = dur(v)?,
+            "ipvs-udp-timeout" => self.ipvs.udp_timeout = dur(v)?,
+            "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
+            "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
+            "iptables-sync-period" => self.iptables.sync_period = dur(v)?,
+            "iptables-min-sync-period" => self.iptables.min_sync_period = dur(v)?,
+            "iptables-localhost-nodeports" => {
+                self.iptables.localhost_node_ports = Some(go_bool(v)?)
+            }
+            "cluster-cidr" => self.cluster_cidr = list().join(","),
+            "detect-local-mode" => self.detect_local_mode = v.to_string(),
+            "pod-bridge-interface" => self.detect_local.bridge_interface = v.to_string(),
+            "pod-interface-name-prefix" => self.detect_local.interface_name_prefix = v.to_string(),
+            "nodeport-addresses" => self.node_port_addresses = list(),
+            "bind-address" => self.bind_address = v.to_string(),
+            "healthz-bind-address" => self.healthz_bind_address = v.to_string(),
+            "metrics-bind-address" => self.metrics_bind_address = v.to_string(),
+            "healthz-port" => set_port(&mut self.healthz_bind_address, v)?,
+            "metrics-port" => set_port(&mut self.metrics_bind_address, v)?,
+            "bind-address-hard-fail" => self.bind_address_hard_fail = go_bool(v)?,
+            "profiling" => self.enable_profiling = go_bool(v)?,
+            "show-hidden-metrics-for-version" => {
+                self.show_hidden_metrics_for_version = v.to_string()
+            }
+            "kubeconfig" => self.client_connection.kubeconfig = v.to_string(),
+            "kube-api-content-type" => self.client_connection.content_type = v.to_string(),
+            "kube-api-qps" => {
+                self.client_connection.qps =
+                    v.parse().map_err(|_| format!("{v:?} is not a number"))?
+            }
+            "kube-api-burst" => self.client_connection.burst = int(v)?,
+            "conntrack-max-per-core" => self.conntrack.max_per_core = Some(int(v)?),
+            "conntrack-min" => self.conntrack.min = Some(int(v)?),
+            "conntrack-tcp-timeout-established" => {
+                self.conntrack.tcp_established_timeout = Some(dur(v)?)
+            }
+            "conntrack-tcp-timeout-close-wait" => {
+                self.conntrack.tcp_close_wait_timeout = Some(dur(v)?)
+            }
+            "conntrack-tcp-be-liberal" => self.conntrack.tcp_be_liberal = go_bool(v)?,
+            "conntrack-udp-timeout" => self.conntrack.udp_timeout = dur(v)?,
+            "conntrack-udp-timeout-stream" => self.conntrack.udp_stream_timeout = dur(v)?,
+            "config-sync-period" => self.config_sync_period = dur(v)?,
+            "oom-score-adj" => self.oom_score_adj = Some(int(v)?),
+            "feature-gates" => {
+                for pair in list() {
+                    let (k, b) = pair
+                        .split_once('=')
+                        .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
+                    self.feature_gates
+                        .insert(k.trim().to_string(), go_bool(b.trim())?);
+                }
+            }
+            "v" => {
+                self.logging.verbosity = v
+                    .parse()
+                    .map_err(|_| format!("{v:?} is not a verbosity level"))?
+            }
+            "logging-format" => self.logging.format = v.to_string(),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn go_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("{v:?} is not a boolean")),
+    }
+}
+
+/// The deprecated `--healthz-port`/`--metrics-port`: 0 disables the server, another port
+/// replaces the address's port.
+fn set_port(addr: &mut String, v: &str) -> Result<(), String> {
+    let port: u16 = v.parse().map_err(|_| format!("{v:?} is not a port"))?;
+    if port == 0 {
+        addr.clear();
+        return Ok(());
+    }
+    let host = match addr.parse::<std::net::SocketAddr>() {
+        Ok(a) => a.ip().to_string(),
+        Err(_) => "0.0.0.0".to_string(),
+    };
+    *addr = host;
+    append_port(addr, port);
+    Ok(())
+}

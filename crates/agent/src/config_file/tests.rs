@@ -1,0 +1,884 @@
+use std::collections::BTreeSet;
+
+use super::*;
+
+const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+
+/// Decodes `body` after the header, defaults, validates and classifies, with no flags.
+fn load_text(body: &str) -> Result<Loaded, Error> {
+    load_text_with(body, &FlagOverrides::new())
+}
+
+fn load_text_with(body: &str, flags: &FlagOverrides) -> Result<Loaded, Error> {
+    let dir = std::env::temp_dir().join(format!(
+        "kpi-config-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, format!("{HEAD}{body}")).unwrap();
+    load(Some(&path), flags, Decoding::Lenient)
+}
+
+fn error_text(body: &str) -> String {
+    load_text(body).map(|l| l.config).unwrap_err().to_string()
+}
+
+#[test]
+fn defaults_are_kube_proxys() {
+    let c = load_text("mode: ipvs\n").unwrap().config;
+    assert_eq!(c.bind_address, "0.0.0.0");
+    assert_eq!(c.healthz_bind_address, "0.0.0.0:10256");
+    assert_eq!(c.metrics_bind_address, "127.0.0.1:10249");
+    assert_eq!(c.oom_score_adj, Some(-999));
+    assert_eq!(c.ipvs.sync_period, GoDuration::from_secs(30));
+    assert_eq!(c.ipvs.min_sync_period, GoDuration::ZERO);
+    assert_eq!(c.ipvs.scheduler, "rr");
+    assert_eq!(c.iptables.sync_period, GoDuration::from_secs(30));
+    assert_eq!(c.iptables.min_sync_period, GoDuration::from_secs(1));
+    assert_eq!(c.iptables.masquerade_bit, Some(14));
+    assert_eq!(c.iptables.localhost_node_ports, Some(true));
+    assert_eq!(c.conntrack.max_per_core, Some(32768));
+    assert_eq!(c.conntrack.min, Some(131072));
+    assert_eq!(
+        c.conntrack.tcp_established_timeout,
+        Some(GoDuration::from_secs(86400))
+    );
+    assert_eq!(
+        c.conntrack.tcp_close_wait_timeout,
+        Some(GoDuration::from_secs(3600))
+    );
+    assert_eq!(c.config_sync_period, GoDuration::from_secs(900));
+    assert_eq!(
+        c.client_connection.content_type,
+        "application/vnd.kubernetes.protobuf"
+    );
+    assert_eq!(c.client_connection.qps, 5.0);
+    assert_eq!(c.client_connection.burst, 10);
+    assert_eq!(c.detect_local_mode, "ClusterCIDR");
+    assert_eq!(c.logging.format, "text");
+    assert_eq!(c.logging.flush_frequency.0, GoDuration::from_secs(5));
+    assert_eq!(c.health_timeout(), Duration::from_secs(60));
+    assert_eq!(c.healthz_address(), Some("0.0.0.0:10256".parse().unwrap()));
+    assert_eq!(
+        c.metrics_address(),
+        Some("127.0.0.1:10249".parse().unwrap())
+    );
+    assert_eq!(c, KubeProxyConfiguration::defaults());
+}
+
+#[test]
+fn ipv6_bind_address_moves_the_default_listeners() {
+    let c = load_text("bindAddress: \"::\"\n").unwrap().config;
+    assert_eq!(c.healthz_bind_address, "[::]:10256");
+    assert_eq!(c.metrics_bind_address, "[::1]:10249");
+}
+
+#[test]
+fn bare_bind_addresses_get_the_default_port() {
+    let c = load_text("healthzBindAddress: 10.0.0.1\nmetricsBindAddress: \"::\"\n")
+        .unwrap()
+        .config;
+    assert_eq!(c.healthz_bind_address, "10.0.0.1:10256");
+    assert_eq!(c.metrics_bind_address, "[::]:10249");
+}
+
+#[test]
+fn a_kubeadm_config_is_read_whole() {
+    // What kubeadm writes into the kube-proxy ConfigMap, nulls included.
+    let body = "bindAddress: 0.0.0.0
+bindAddressHardFail: false
+clientConnection:
+  acceptContentTypes: \"\"
+  burst: 0
+  contentType: \"\"
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+configSyncPeriod: 0s
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpBeLiberal: false
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+  udpStreamTimeout: 0s
+  udpTimeout: 0s
+detectLocal:
+  bridgeInterface: \"\"
+  interfaceNamePrefix: \"\"
+detectLocalMode: \"\"
+enableProfiling: false
+healthzBindAddress: \"\"
+hostnameOverride: \"\"
+iptables:
+  localhostNodePorts: null
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+ipvs:
+  excludeCIDRs: null
+  minSyncPeriod: 0s
+  scheduler: \"\"
+  strictARP: true
+  syncPeriod: 0s
+  tcpFinTimeout: 0s
+  tcpTimeout: 0s
+  udpTimeout: 0s
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 0
+metricsBindAddress: \"\"
+mode: ipvs
+nftables:
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+nodePortAddresses: null
+oomScoreAdj: null
+portRange: \"\"
+showHiddenMetricsForVersion: \"\"
+winkernel:
+  enableDSR: false
+  forwardHealthCheckVip: false
+  networkName: \"\"
+  rootHnsEndpointName: \"\"
+  sourceVip: \"\"
+";
+    let loaded = load_text(body).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let c = loaded.config;
+    assert_eq!(
+        c.client_connection.kubeconfig,
+        "/var/lib/kube-proxy/kubeconfig.conf"
+    );
+    assert!(c.ipvs.strict_arp);
+    let p = c.to_proxy_config("node-a").unwrap();
+    assert_eq!(p.families, vec![Family::V4, Family::V6]);
+    assert!(matches!(p.local_detector, LocalDetector::ClusterCidr(ref c) if c.len() == 2));
+    assert!(p.strict_arp);
+    assert_eq!(p.scheduler, "rr");
+}
+
+#[test]
+fn json_is_read_too() {
+    let text = r#"{"apiVersion":"kubeproxy.config.k8s.io/v1alpha1","kind":"KubeProxyConfiguration",
+        "mode":"ipvs","ipvs":{"scheduler":"sh","syncPeriod":"1m0s"}}"#;
+    let (c, warnings) = KubeProxyConfiguration::from_text(text, Decoding::Strict).unwrap();
+    assert!(warnings.is_empty());
+    assert_eq!(c.ipvs.scheduler, "sh");
+    assert_eq!(c.ipvs.sync_period, GoDuration::from_secs(60));
+}
+
+#[test]
+fn every_validation_error_names_its_field() {
+    // (body, field path, words of the message)
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "ipvs:\n  syncPeriod: -1s\n",
+            "ipvs.syncPeriod",
+            "greater than 0",
+        ),
+        (
+            "ipvs:\n  minSyncPeriod: -1s\n",
+            "ipvs.minSyncPeriod",
+            "greater than or equal to 0",
+        ),
+        (
+            "ipvs:\n  syncPeriod: 10s\n  minSyncPeriod: 1m\n",
+            "ipvs.minSyncPeriod",
+            "must be less than or equal to ipvs.syncPeriod",
+        ),
+        (
+            "ipvs:\n  tcpTimeout: -1s\n",
+            "ipvs.tcpTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "ipvs:\n  tcpFinTimeout: -1s\n",
+            "ipvs.tcpFinTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "ipvs:\n  udpTimeout: -1s\n",
+            "ipvs.udpTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "ipvs:\n  excludeCIDRs: [10.0.0.0/8, 10.1.2.3]\n",
+            "ipvs.excludeCIDRs[1]",
+            "not a valid CIDR",
+        ),
+        (
+            "ipvs:\n  scheduler: \"r r\"\n",
+            "ipvs.scheduler",
+            "not an IPVS scheduler",
+        ),
+        (
+            "iptables:\n  masqueradeBit: 32\n",
+            "iptables.masqueradeBit",
+            "[0, 31]",
+        ),
+        (
+            "iptables:\n  masqueradeBit: -1\n",
+            "iptables.masqueradeBit",
+            "[0, 31]",
+        ),
+        (
+            "iptables:\n  syncPeriod: -1s\n",
+            "iptables.syncPeriod",
+            "greater than 0",
+        ),
+        (
+            "iptables:\n  minSyncPeriod: -1s\n",
+            "iptables.minSyncPeriod",
+            "greater than or equal to 0",
+        ),
+        (
+            "iptables:\n  syncPeriod: 500ms\n",
+            "iptables.minSyncPeriod",
+            "less than or equal to iptables.syncPeriod",
+        ),
+        (
+            "conntrack:\n  maxPerCore: -1\n",
+            "conntrack.maxPerCore",
+            "greater than or equal to 0",
+        ),
+        (
+            "conntrack:\n  min: -1\n",
+            "conntrack.min",
+            "greater than or equal to 0",
+        ),
+        (
+            "conntrack:\n  tcpEstablishedTimeout: -1s\n",
+            "conntrack.tcpEstablishedTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "conntrack:\n  tcpCloseWaitTimeout: -1s\n",
+            "conntrack.tcpCloseWaitTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "conntrack:\n  udpTimeout: -1s\n",
+            "conntrack.udpTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "conntrack:\n  udpStreamTimeout: -1s\n",
+            "conntrack.udpStreamTimeout",
+            "greater than or equal to 0",
+        ),
+        (
+            "mode: userspace\n",
+            "mode",
+            "must be iptables, ipvs, nftables or blank",
+        ),
+        (
+            "clientConnection:\n  burst: -1\n",
+            "clientConnection.burst",
+            "greater than or equal to 0",
+        ),
+        ("oomScoreAdj: 1001\n", "oomScoreAdj", "[-1000, 1000]"),
+        ("oomScoreAdj: -1001\n", "oomScoreAdj", "[-1000, 1000]"),
+        (
+            "configSyncPeriod: -1s\n",
+            "configSyncPeriod",
+            "greater than 0",
+        ),
+        ("bindAddress: node-a\n", "bindAddress", "valid IP address"),
+        (
+            "healthzBindAddress: \"0.0.0.0:http\"\n",
+            "healthzBindAddress",
+            "IP:port",
+        ),
+        (
+            "healthzBindAddress: \"0.0.0.0:0\"\n",
+            "healthzBindAddress",
+            "valid port",
+        ),
+        (
+            "metricsBindAddress: localhost:10249\n",
+            "metricsBindAddress",
+            "IP:port",
+        ),
+        (
+            "clusterCIDR: 10.0.0.0/8,10.1.0.0/16\n",
+            "clusterCIDR",
+            "DualStack",
+        ),
+        (
+            "clusterCIDR: 10.0.0.0/8,fd00::/48,10.1.0.0/16\n",
+            "clusterCIDR",
+            "only one CIDR",
+        ),
+        ("clusterCIDR: 10.0.0.0\n", "clusterCIDR", "not a valid CIDR"),
+        ("portRange: 2000-300\n", "portRange", "valid port range"),
+        ("portRange: lots\n", "portRange", "valid port range"),
+        (
+            "nodePortAddresses: [10.0.0.1]\n",
+            "nodePortAddresses[0]",
+            "not a valid CIDR",
+        ),
+        (
+            "nodePortAddresses: [primary, 10.0.0.0/8]\n",
+            "nodePortAddresses[0]",
+            "cannot be combined",
+        ),
+        (
+            "showHiddenMetricsForVersion: latest\n",
+            "showHiddenMetricsForVersion",
+            "<major>.<minor>",
+        ),
+        (
+            "detectLocalMode: PodCIDR\n",
+            "detectLocalMode",
+            "supported values",
+        ),
+        (
+            "detectLocalMode: BridgeInterface\n",
+            "detectLocal.bridgeInterface",
+            "must not be empty",
+        ),
+        (
+            "detectLocalMode: InterfaceNamePrefix\n",
+            "detectLocal.interfaceNamePrefix",
+            "must not be empty",
+        ),
+        (
+            "hostnameOverride: \"  \"\n",
+            "hostnameOverride",
+            "white space",
+        ),
+        (
+            "logging:\n  format: xml\n",
+            "logging.format",
+            "text or json",
+        ),
+        (
+            "logging:\n  flushFrequency: -1s\n",
+            "logging.flushFrequency",
+            "greater than or equal to 0",
+        ),
+        (
+            "logging:\n  vmodule: [{filePattern: \"\", verbosity: 2}]\n",
+            "logging.vmodule[0].filePattern",
+            "non-empty",
+        ),
+    ];
+    for (body, field, words) in cases {
+        let err = load_text(body).map(|l| l.config).unwrap_err();
+        let errors = err.field_errors();
+        let hit = errors.iter().find(|e| e.field == *field);
+        assert!(
+            hit.is_some_and(|e| e.message.contains(words)),
+            "{body:?}: expected {field}: ...{words}..., got: {err}"
+        );
+        assert!(err.to_string().contains(&format!("{field}: ")), "{err}");
+    }
+}
+
+#[test]
+fn nftables_is_validated_only_in_nftables_mode_and_then_refused() {
+    assert!(load_text("nftables:\n  masqueradeBit: 40\n").is_ok());
+    let err = error_text("mode: nftables\nnftables:\n  masqueradeBit: 40\n");
+    assert!(err.contains("nftables.masqueradeBit"), "{err}");
+    let err = error_text("mode: nftables\n");
+    assert!(err.contains("mode: \"nftables\" is not served"), "{err}");
+}
+
+#[test]
+fn all_errors_are_reported_together() {
+    let err = load_text("oomScoreAdj: 5000\nclientConnection:\n  burst: -2\n")
+        .map(|l| l.config)
+        .unwrap_err();
+    let fields: Vec<_> = err
+        .field_errors()
+        .iter()
+        .map(|e| e.field.as_str())
+        .collect();
+    assert_eq!(fields, ["clientConnection.burst", "oomScoreAdj"]);
+}
+
+#[test]
+fn decode_errors_name_the_field_and_the_line() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "ipvs:\n  syncPeriod: 30\n",
+            "ipvs.syncPeriod: invalid type: integer `30`",
+        ),
+        (
+            "ipvs:\n  syncPeriod: 30 seconds\n",
+            "ipvs.syncPeriod: unknown unit",
+        ),
+        (
+            "iptables:\n  masqueradeBit: \"14\"\n",
+            "iptables.masqueradeBit: invalid type: string",
+        ),
+        (
+            "ipvs:\n  strictARP: maybe\n",
+            "ipvs.strictARP: invalid type",
+        ),
+        (
+            "featureGates:\n  Foo: 1\n",
+            "featureGates.Foo: invalid type",
+        ),
+        ("conntrack: [1]\n", "conntrack: invalid type: sequence"),
+        (
+            "ipvs:\n  scheduler: rr\n  scheduler: sh\n",
+            "duplicate field `scheduler`",
+        ),
+    ];
+    for (body, expected) in cases {
+        let err = error_text(body);
+        assert!(err.contains(expected), "{body:?}: {err}");
+        assert!(err.contains("line"), "{body:?}: no line in {err}");
+    }
+    assert!(error_text("ipvs: [").contains("line"));
+}
+
+#[test]
+fn api_version_and_kind_are_checked() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "apiVersion: kubeproxy.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n",
+            "apiVersion: \"kubeproxy.config.k8s.io/v1beta1\" is not supported",
+        ),
+        (
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n",
+            "kind: \"KubeletConfiguration\" is not supported",
+        ),
+        ("mode: ipvs\n", "apiVersion: \"\" is not supported"),
+        ("mode: ipvs\n", "kind: \"\" is not supported"),
+        ("", "kind"),
+    ];
+    for (text, expected) in cases {
+        let err = KubeProxyConfiguration::from_text(text, Decoding::Strict).unwrap_err();
+        assert!(err.to_string().contains(expected), "{text:?}: {err}");
+    }
+}
+
+#[test]
+fn unknown_fields_are_named_with_their_path() {
+    let text = format!(
+        "{HEAD}mode: ipvs\nudpIdleTimeout: 250ms\nipvs:\n  syncPeriod: 30s\n  gracefulPeriod: 5s\n"
+    );
+    let err = KubeProxyConfiguration::from_text(&text, Decoding::Strict).unwrap_err();
+    let Error::UnknownFields(fields) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(fields, &["udpIdleTimeout", "ipvs.gracefulPeriod"]);
+    assert_eq!(
+        err.to_string(),
+        "strict decoding error: unknown field \"udpIdleTimeout\", unknown field \"ipvs.gracefulPeriod\""
+    );
+    // kube-proxy's own behaviour: decode leniently and say so.
+    let (c, warnings) = KubeProxyConfiguration::from_text(&text, Decoding::Lenient).unwrap();
+    assert_eq!(c.ipvs.sync_period, GoDuration::from_secs(30));
+    assert_eq!(warnings.len(), 2);
+    assert!(
+        warnings[1].contains("\"ipvs.gracefulPeriod\""),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn fields_kube_proxy_ipvs_ignores_are_warned_about_only_when_set() {
+    let cases: &[(&str, &str)] = &[
+        ("enableProfiling: true\n", "enableProfiling = true"),
+        (
+            "iptables:\n  syncPeriod: 1m\n",
+            "iptables.syncPeriod = \"1m0s\"",
+        ),
+        (
+            "iptables:\n  localhostNodePorts: false\n",
+            "iptables.localhostNodePorts = false",
+        ),
+        ("configSyncPeriod: 1h\n", "configSyncPeriod = \"1h0m0s\""),
+        ("portRange: 300-2000\n", "portRange = \"300-2000\""),
+        (
+            "winkernel:\n  enableDSR: true\n",
+            "winkernel.enableDSR = true",
+        ),
+        ("windowsRunAsService: true\n", "windowsRunAsService = true"),
+        (
+            "nftables:\n  masqueradeAll: true\n",
+            "nftables.masqueradeAll = true",
+        ),
+        (
+            "logging:\n  flushFrequency: 1s\n",
+            "logging.flushFrequency = \"1s\"",
+        ),
+        ("bindAddress: 10.0.0.1\n", "bindAddress = \"10.0.0.1\""),
+        (
+            "featureGates:\n  MultiCIDRServiceAllocator: true\n",
+            "featureGates.MultiCIDRServiceAllocator = true",
+        ),
+        (
+            "nodePortAddresses: [localhost]\n",
+            "\"localhost\" is ignored",
+        ),
+    ];
+    for (body, expected) in cases {
+        let w = load_text(body).unwrap().warnings;
+        assert!(w.iter().any(|w| w.contains(expected)), "{body:?}: {w:?}");
+    }
+    let w = load_text("mode: ipvs\nfeatureGates:\n  KubeProxyIPVS: true\n")
+        .unwrap()
+        .warnings;
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn refused_values() {
+    for (body, expected) in [
+        ("mode: iptables\n", "mode: \"iptables\" is not served"),
+        (
+            "mode: kernelspace\n",
+            "mode: \"kernelspace\": must be iptables",
+        ),
+        (
+            "featureGates:\n  KubeProxyIPVS: false\n",
+            "featureGates.KubeProxyIPVS",
+        ),
+    ] {
+        let err = error_text(body);
+        assert!(err.contains(expected), "{body:?}: {err}");
+    }
+    // An empty mode means iptables to kube-proxy: accepted as ipvs, with a warning.
+    let loaded = load_text("mode: \"\"\n").unwrap();
+    assert_eq!(loaded.config.mode, "ipvs");
+    assert!(loaded.warnings.iter().any(|w| w.starts_with("mode: empty")));
+}
+
+#[test]
+fn the_field_table_covers_every_field_once() {
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(map) if !map.is_empty() => {
+                for (k, v) in map {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&path, v, out);
+                }
+            }
+            _ => {
+                out.insert(prefix.to_string());
+            }
+        }
+    }
+    let mut full = KubeProxyConfiguration::defaults();
+    full.feature_gates.insert("X".into(), true);
+    full.windows_run_as_service = true;
+    full.logging.options.json.split_stream = true;
+    full.logging.options.text.split_stream = true;
+    full.logging.vmodule.push(VModule::default());
+    let mut paths = BTreeSet::new();
+    leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
+    paths.remove("featureGates.X");
+    paths.insert("featureGates".into());
+    let table: BTreeSet<String> = FIELDS.iter().map(|f| f.path.to_string()).collect();
+    assert_eq!(table.len(), FIELDS.len(), "a field is listed twice");
+    assert_eq!(paths, table);
+    // Every flag named in the table is one apply_flags knows.
+    for f in FIELDS.iter().filter(|f| f.flag.is_some()) {
+        let flag = f.flag.unwrap();
+        if matches!(flag, "log-flush-frequency" | "vmodule" | "windows-service") {
+            continue;
+        }
+        let value = match flag {
+            "feature-gates" => "A=true",
+            "v"
+            | "iptables-masquerade-bit"
+            | "kube-api-burst"
+            | "conntrack-min"
+            | "conntrack-max-per-core"
+            | "oom-score-adj" => "1",
+            "kube-api-qps" => "1.5",
+            f if f.contains("period") || f.contains("timeout") => "2s",
+            "iptables-localhost-nodeports" => "false",
+            "ipvs-strict-arp"
+            | "masquerade-all"
+            | "bind-address-hard-fail"
+            | "profiling"
+            | "conntrack-tcp-be-liberal" => "true",
+            _ => "x",
+        };
+        let mut c = KubeProxyConfiguration::defaults();
+        let before = c.clone();
+        c.apply_flags(&FlagOverrides::new().with(flag, value), false)
+            .unwrap_or_else(|e| panic!("--{flag}: {e}"));
+        assert_ne!(c, before, "--{flag} changed nothing");
+    }
+}
+
+#[test]
+fn write_config_to_round_trips() {
+    let body = "mode: ipvs
+clusterCIDR: 10.244.0.0/16
+ipvs:
+  scheduler: wlc
+  syncPeriod: 1m30s
+  minSyncPeriod: 2s
+  excludeCIDRs: [192.168.0.0/16]
+  strictARP: true
+  tcpTimeout: 900s
+featureGates:
+  KubeProxyIPVS: true
+conntrack:
+  maxPerCore: 0
+logging:
+  verbosity: 4
+  vmodule:
+    - filePattern: proxier
+      verbosity: 5
+showHiddenMetricsForVersion: \"1.33\"
+";
+    let first = load_text(body).unwrap().config;
+    let yaml = first.to_yaml().unwrap();
+    assert!(yaml.contains("syncPeriod: 1m30s"), "{yaml}");
+    assert!(yaml.contains("tcpTimeout: 15m0s"), "{yaml}");
+    assert!(
+        yaml.starts_with("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"),
+        "{yaml}"
+    );
+    let (again, warnings) = KubeProxyConfiguration::from_text(&yaml, Decoding::Strict).unwrap();
+    assert!(warnings.is_empty());
+    let mut again = again;
+    again.apply_defaults();
+    again.validate().unwrap();
+    assert_eq!(again, first);
+    // The defaults alone round-trip as well.
+    let d = KubeProxyConfiguration::defaults();
+    let (back, _) =
+        KubeProxyConfiguration::from_text(&d.to_yaml().unwrap(), Decoding::Strict).unwrap();
+    assert_eq!(back, d);
+}
+
+#[test]
+fn explicit_flags_override_the_file_with_a_warning() {
+    let flags = FlagOverrides::new()
+        .with("ipvs-scheduler", "sh")
+        .with("ipvs-exclude-cidrs", "10.0.0.0/8,10.1.0.0/16")
+        .with("hostname-override", " Node-B ")
+        .with("v", "3")
+        .with("healthz-port", "0")
+        .with("manifests", "/tmp/m.yaml");
+    let loaded = load_text_with("ipvs:\n  scheduler: wrr\n", &flags).unwrap();
+    let c = &loaded.config;
+    assert_eq!(c.ipvs.scheduler, "sh");
+    assert_eq!(c.ipvs.exclude_cidrs, ["10.0.0.0/8", "10.1.0.0/16"]);
+    assert_eq!(c.node_name().as_deref(), Some("node-b"));
+    assert_eq!(c.logging.verbosity, 3);
+    assert_eq!(c.healthz_address(), None);
+    let overrides: Vec<_> = loaded
+        .warnings
+        .iter()
+        .filter(|w| w.contains("overrides"))
+        .collect();
+    // hostname-override and -v are honoured by kube-proxy too: no warning for them.
+    assert_eq!(overrides.len(), 3, "{overrides:?}");
+    assert!(
+        overrides
+            .iter()
+            .any(|w| w.starts_with("--ipvs-scheduler overrides ipvs.scheduler"))
+    );
+    // Without a file there is nothing to override and nothing to warn about.
+    let loaded = load(None, &flags, Decoding::Strict).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert_eq!(loaded.config.mode, "ipvs");
+}
+
+#[test]
+fn bad_flag_values_name_the_flag() {
+    for (flag, value, expected) in [
+        (
+            "ipvs-sync-period",
+            "soon",
+            "--ipvs-sync-period: invalid duration",
+        ),
+        (
+            "masquerade-all",
+            "yes",
+            "--masquerade-all: \"yes\" is not a boolean",
+        ),
+        (
+            "hostname-override",
+            "  ",
+            "--hostname-override: empty hostname-override",
+        ),
+        (
+            "feature-gates",
+            "KubeProxyIPVS",
+            "--feature-gates: \"KubeProxyIPVS\": must be",
+        ),
+        (
+            "oom-score-adj",
+            "x",
+            "--oom-score-adj: \"x\" is not an integer",
+        ),
+    ] {
+        let err = load(
+            None,
+            &FlagOverrides::new().with(flag, value),
+            Decoding::Strict,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    // Flag values are validated like file values.
+    let err = load(
+        None,
+        &FlagOverrides::new().with("ipvs-min-sync-period", "1m"),
+        Decoding::Strict,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("ipvs.minSyncPeriod"), "{err}");
+}
+
+#[test]
+fn flags_are_read_from_clap_matches_only_when_given() {
+    use clap::{Arg, ArgAction, Command};
+    let cmd = Command::new("t")
+        .arg(
+            Arg::new("ipvs_sync_period")
+                .long("ipvs-sync-period")
+                .default_value("30s"),
+        )
+        .arg(
+            Arg::new("masquerade_all")
+                .long("masquerade-all")
+                .action(ArgAction::SetTrue),
+        )
+        .arg(
+            Arg::new("ipvs_strict_arp")
+                .long("ipvs-strict-arp")
+                .action(ArgAction::SetTrue),
+        )
+        .arg(
+            Arg::new("cluster_cidr")
+                .long("cluster-cidr")
+                .value_delimiter(',')
+                .action(ArgAction::Append),
+        )
+        .arg(
+            Arg::new("verbosity")
+                .short('v')
+                .long("v")
+                .default_value("0"),
+        );
+    let m = cmd
+        .clone()
+        .try_get_matches_from([
+            "t",
+            "--masquerade-all",
+            "--cluster-cidr",
+            "10.0.0.0/8,fd00::/48",
+            "-v",
+            "2",
+        ])
+        .unwrap();
+    let flags = FlagOverrides::from_matches(&cmd, &m);
+    assert_eq!(flags.get("ipvs-sync-period"), None);
+    assert_eq!(flags.get("ipvs-strict-arp"), None);
+    assert_eq!(flags.get("masquerade-all"), Some(&["true".to_string()][..]));
+    assert_eq!(flags.get("v"), Some(&["2".to_string()][..]));
+    let mut c = KubeProxyConfiguration::defaults();
+    c.apply_flags(&flags, false).unwrap();
+    assert!(c.iptables.masquerade_all);
+    assert_eq!(c.cluster_cidr, "10.0.0.0/8,fd00::/48");
+    assert_eq!(c.logging.verbosity, 2);
+    assert_eq!(c.ipvs.sync_period, GoDuration::from_secs(30));
+}
+
+#[test]
+fn to_proxy_config_maps_every_model_setting() {
+    let body = "mode: ipvs
+ipvs:
+  scheduler: lc
+  excludeCIDRs: [10.9.0.0/16]
+iptables:
+  masqueradeAll: true
+  masqueradeBit: 13
+detectLocalMode: InterfaceNamePrefix
+detectLocal:
+  interfaceNamePrefix: veth
+nodePortAddresses: [all]
+";
+    let c = load_text(body).unwrap().config;
+    let p = c.to_proxy_config("n1").unwrap();
+    assert_eq!(p.node_name, "n1");
+    assert_eq!(p.scheduler, "lc");
+    assert!(p.masquerade_all);
+    assert_eq!(p.masquerade_mark(), 1 << 13);
+    assert_eq!(
+        p.local_detector,
+        LocalDetector::InterfaceNamePrefix("veth".into())
+    );
+    assert_eq!(
+        p.exclude_cidrs,
+        vec!["10.9.0.0/16".parse::<IpNet>().unwrap()]
+    );
+    assert_eq!(p.nodeport_addresses.len(), 2);
+    assert_eq!(p.families, vec![Family::V4]);
+    let c = load_text("nodePortAddresses: [primary]\ndetectLocalMode: NodeCIDR\n")
+        .unwrap()
+        .config;
+    let p = c.to_proxy_config("n1").unwrap();
+    assert!(p.nodeport_addresses.is_empty());
+    assert_eq!(p.local_detector, LocalDetector::NodeCidr(Vec::new()));
+    let p = KubeProxyConfiguration::defaults()
+        .to_proxy_config("n1")
+        .unwrap();
+    assert_eq!(p.local_detector, LocalDetector::None);
+}
+
+#[test]
+fn conntrack_sysctls_are_kube_proxys() {
+    let c = KubeProxyConfiguration::defaults();
+    assert_eq!(
+        c.conntrack_sysctls(2),
+        vec![
+            (
+                "net/netfilter/nf_conntrack_max".to_string(),
+                "131072".to_string()
+            ),
+            (
+                "net/netfilter/nf_conntrack_tcp_timeout_established".to_string(),
+                "86400".to_string()
+            ),
+            (
+                "net/netfilter/nf_conntrack_tcp_timeout_close_wait".to_string(),
+                "3600".to_string()
+            ),
+        ]
+    );
+    assert_eq!(c.conntrack_sysctls(8)[0].1, "262144");
+    let c = load_text("conntrack:\n  maxPerCore: 0\n  tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 0s\n  udpTimeout: 30s\n  tcpBeLiberal: true\n")
+        .unwrap()
+        .config;
+    assert_eq!(
+        c.conntrack_sysctls(4),
+        vec![
+            (
+                "net/netfilter/nf_conntrack_udp_timeout".to_string(),
+                "30".to_string()
+            ),
+            (
+                "net/netfilter/nf_conntrack_tcp_be_liberal".to_string(),
+                "1".to_string()
+            ),
+        ]
+    );
+}
