@@ -506,18 +506,18 @@ fn canonical_rule(rule: &str, family: Family) -> Option<(String, String)> {
     while i < rest.len() {
         let negated = rest[i] == "!" && i + 1 < rest.len() && order.contains(&rest[i + 1].as_str());
         let at = if negated { i + 1 } else { i };
-        if let Some(pos) = order.iter().position(|o| *o == rest[at]) {
-            if at + 1 < rest.len() {
-                let mut words = Vec::new();
-                if negated {
-                    words.push("!".to_string());
-                }
-                words.push(rest[at].clone());
-                words.push(rest[at + 1].clone());
-                front.insert(pos, words);
-                i = at + 2;
-                continue;
+        if let Some(pos) = order.iter().position(|o| *o == rest[at])
+            && at + 1 < rest.len()
+        {
+            let mut words = Vec::new();
+            if negated {
+                words.push("!".to_string());
             }
+            words.push(rest[at].clone());
+            words.push(rest[at + 1].clone());
+            front.insert(pos, words);
+            i = at + 2;
+            continue;
         }
         others.push(rest[i].clone());
         i += 1;
