@@ -1,7 +1,7 @@
 //! The API-server source: list/watch of Services, EndpointSlices and the agent's own Node,
 //! turned into [`Cluster`] snapshots.
 //!
-//! Each kind has a kube-runtime [`watcher`], selected on the server the way kube-proxy's
+//! Each kind has a kube-runtime [`watcher()`], selected on the server the way kube-proxy's
 //! informers are: Services and EndpointSlices with [`SELECTOR`]
 //! (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`), the Node
 //! with the field selector `metadata.name=<node>`. Every object is converted once per
@@ -238,12 +238,15 @@ impl Watches {
     }
 
     fn watcher_config(&self) -> watcher::Config {
-        let mut config = watcher::Config::default();
-        config.page_size = self.page_size;
+        let config = watcher::Config {
+            page_size: self.page_size,
+            ..watcher::Config::default()
+        };
         if self.page_size.is_none() {
-            config = config.any_semantic();
+            config.any_semantic()
+        } else {
+            config
         }
-        config
     }
 
     /// Watches until every receiver of `snapshots` is gone, publishing `Some(snapshot)` once
@@ -259,17 +262,17 @@ impl Watches {
             Api::all(self.client.clone()),
             config.clone().labels(SELECTOR),
         )
-        .map(Update::Service);
+        .map(|e| Update::Service(Box::new(e)));
         let slices = watch_kind::<discovery::EndpointSlice>(
             Api::all(self.client.clone()),
             config.clone().labels(SELECTOR),
         )
-        .map(Update::Slice);
+        .map(|e| Update::Slice(Box::new(e)));
         let nodes = watch_kind::<core::Node>(
             Api::all(self.client.clone()),
             config.fields(&format!("metadata.name={}", self.node_name)),
         )
-        .map(Update::Node);
+        .map(|e| Update::Node(Box::new(e)));
         let mut updates = futures::stream::select(futures::stream::select(services, slices), nodes);
 
         let mut stores = Stores::default();
@@ -348,11 +351,11 @@ where
     watcher(api, config).default_backoff().boxed()
 }
 
-/// One item from one of the three watchers.
+/// One item from one of the three watchers (boxed: the API objects are large and unequal).
 enum Update {
-    Service(WatchResult<core::Service>),
-    Slice(WatchResult<discovery::EndpointSlice>),
-    Node(WatchResult<core::Node>),
+    Service(Box<WatchResult<core::Service>>),
+    Slice(Box<WatchResult<discovery::EndpointSlice>>),
+    Node(Box<WatchResult<core::Node>>),
 }
 
 /// An API type the source watches, with its conversion to the model.
@@ -539,9 +542,9 @@ impl Stores {
 
     fn apply(&mut self, update: Update) -> bool {
         match update {
-            Update::Service(e) => apply_result(&mut self.services, e),
-            Update::Slice(e) => apply_result(&mut self.slices, e),
-            Update::Node(e) => apply_result(&mut self.nodes, e),
+            Update::Service(e) => apply_result(&mut self.services, *e),
+            Update::Slice(e) => apply_result(&mut self.slices, *e),
+            Update::Node(e) => apply_result(&mut self.nodes, *e),
         }
     }
 

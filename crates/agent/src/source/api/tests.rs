@@ -24,6 +24,18 @@ fn node(version: &str, taints: serde_json::Value, deleting: bool) -> core::Node 
     .unwrap()
 }
 
+fn service_event(e: Event<core::Service>) -> Update {
+    Update::Service(Box::new(Ok(e)))
+}
+
+fn slice_event(e: Event<discovery::EndpointSlice>) -> Update {
+    Update::Slice(Box::new(Ok(e)))
+}
+
+fn node_event(e: Event<core::Node>) -> Update {
+    Update::Node(Box::new(Ok(e)))
+}
+
 fn names(store: &Store<core::Service>) -> Vec<String> {
     store.models().map(|s| s.id.name.clone()).collect()
 }
@@ -162,16 +174,16 @@ fn node_lifecycle_follows_deletion_and_the_autoscaler_taint() {
 
     // A lifecycle change alone changes the store (so it gets published), not the cluster.
     let mut stores = Stores::default();
-    stores.apply(Update::Node(Ok(Event::Init)));
-    stores.apply(Update::Node(Ok(Event::InitApply(node(
+    stores.apply(node_event(Event::Init));
+    stores.apply(node_event(Event::InitApply(node(
         "1",
         other.clone(),
         false,
-    )))));
-    assert!(stores.apply(Update::Node(Ok(Event::InitDone))));
+    ))));
+    assert!(stores.apply(node_event(Event::InitDone)));
     let before = stores.cluster();
     assert_eq!(before.node.as_ref().unwrap().name, "node-a");
-    assert!(stores.apply(Update::Node(Ok(Event::Apply(node("2", other, true))))));
+    assert!(stores.apply(node_event(Event::Apply(node("2", other, true)))));
     assert_eq!(stores.cluster(), before);
     assert!(stores.lifecycle().deleting);
 }
@@ -179,14 +191,11 @@ fn node_lifecycle_follows_deletion_and_the_autoscaler_taint() {
 #[test]
 fn stores_are_ready_only_when_every_kind_has_listed() {
     let mut stores = Stores::default();
-    for done in [
-        Update::Service(Ok(Event::InitDone)),
-        Update::Slice(Ok(Event::InitDone)),
-    ] {
+    for done in [service_event(Event::InitDone), slice_event(Event::InitDone)] {
         stores.apply(done);
         assert!(!stores.ready());
     }
-    stores.apply(Update::Node(Ok(Event::InitDone)));
+    stores.apply(node_event(Event::InitDone));
     assert!(stores.ready());
     assert_eq!(stores.cluster(), Cluster::default());
 }

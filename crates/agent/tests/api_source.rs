@@ -1,0 +1,637 @@
+//! The API-server source against a fake API server that speaks the real list/watch protocol:
+//! the real kube client and kube-runtime watchers, real HTTP, real JSON. Each test ends with
+//! the kernel plan the agent would apply (pure: `desired` + `plan`).
+
+mod fake_apiserver;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fake_apiserver::objects::{label, node, service, slice};
+use fake_apiserver::{FakeApiServer, Resource};
+use kube_proxy_ipvs_agent::model::cluster::{Cluster, ServiceRef};
+use kube_proxy_ipvs_agent::model::config::ProxyConfig;
+use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired};
+use kube_proxy_ipvs_agent::model::kernel::KernelState;
+use kube_proxy_ipvs_agent::model::plan::plan;
+use kube_proxy_ipvs_agent::source::api::{self, ClientOptions, NodeLifecycle, SELECTOR, Watches};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const NODE: &str = "node-a";
+const WAIT: Duration = Duration::from_secs(15);
+
+/// The source under test, with every snapshot it published.
+struct Agent {
+    snapshots: watch::Receiver<Option<Arc<Cluster>>>,
+    published: Arc<Mutex<Vec<Arc<Cluster>>>>,
+    source: JoinHandle<Result<(), api::Error>>,
+    recorder: JoinHandle<()>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.source.abort();
+        self.recorder.abort();
+    }
+}
+
+impl Agent {
+    fn start(watches: Watches) -> Self {
+        let (tx, snapshots) = watch::channel(None);
+        let mut rx = tx.subscribe();
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let recorder = tokio::spawn({
+            let published = published.clone();
+            async move {
+                while rx.changed().await.is_ok() {
+                    let snapshot = rx.borrow_and_update().clone();
+                    published
+                        .lock()
+                        .unwrap()
+                        .push(snapshot.expect("None is never published after Some"));
+                }
+            }
+        });
+        Self {
+            snapshots,
+            published,
+            source: tokio::spawn(watches.run(tx)),
+            recorder,
+        }
+    }
+
+    fn of(server: &FakeApiServer) -> Self {
+        Self::start(Watches::new(server.client(), NODE))
+    }
+
+    /// Waits for a snapshot that satisfies `ok`.
+    async fn until(&mut self, what: &str, ok: impl Fn(&Cluster) -> bool) -> Arc<Cluster> {
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                if let Some(c) = self.snapshots.borrow_and_update().clone()
+                    && ok(&c)
+                {
+                    return c;
+                }
+                self.snapshots
+                    .changed()
+                    .await
+                    .expect("the source is running");
+            }
+        })
+        .await;
+        match found {
+            Ok(c) => c,
+            Err(_) => panic!(
+                "no snapshot {what} within {WAIT:?}; last: {:?}",
+                self.snapshots.borrow()
+            ),
+        }
+    }
+
+    fn published(&self) -> Vec<Arc<Cluster>> {
+        self.published.lock().unwrap().clone()
+    }
+}
+
+/// Waits until `ok` holds (polling), failing the test after [`WAIT`].
+async fn eventually(what: &str, ok: impl Fn() -> bool) {
+    let start = tokio::time::Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < WAIT, "not {what} within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const KINDS: [Resource; 3] = [
+    Resource::Services,
+    Resource::EndpointSlices,
+    Resource::Nodes,
+];
+
+/// Waits until every kind has made `n` watch requests, and a little more for the server to
+/// start streaming them.
+async fn watching(server: &FakeApiServer, n: usize) {
+    eventually(&format!("watching ({n} watch requests per kind)"), || {
+        KINDS.iter().all(|r| server.watches(*r) >= n)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+fn services(c: &Cluster) -> Vec<String> {
+    c.services.keys().map(|s| s.name.clone()).collect()
+}
+
+fn has_service(name: &str) -> impl Fn(&Cluster) -> bool {
+    let id = ServiceRef::new("default", name);
+    move |c| c.services.contains_key(&id)
+}
+
+fn endpoints(c: &Cluster, service: &str) -> BTreeSet<IpAddr> {
+    c.slices_of(&ServiceRef::new("default", service))
+        .flat_map(|s| s.endpoints.iter().map(|e| e.address))
+        .collect()
+}
+
+fn ips(list: &[&str]) -> BTreeSet<IpAddr> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        node_name: NODE.into(),
+        ..ProxyConfig::default()
+    }
+}
+
+fn host() -> Host {
+    Host {
+        addresses: vec![LocalAddress {
+            interface: "eth0".into(),
+            address: "192.168.1.10".parse().unwrap(),
+        }],
+    }
+}
+
+/// The IPVS part of the plan from `observed` to what `cluster` wants, one line per
+/// operation (`add service 10.96.0.10:80/tcp rr`, `add 10.244.0.2:8080 to ... weight 1`).
+fn ipvs_plan(cluster: &Cluster, observed: &KernelState) -> Vec<String> {
+    let want = desired(cluster, &config(), &host());
+    plan(&want.state, observed, &[])
+        .ops
+        .iter()
+        .map(ToString::to_string)
+        .filter(|op| {
+            [
+                "add service",
+                "delete service",
+                "add 10.",
+                "remove 10.",
+                "set 10.",
+            ]
+            .iter()
+            .any(|p| op.starts_with(p))
+        })
+        .collect()
+}
+
+fn state_of(cluster: &Cluster) -> KernelState {
+    desired(cluster, &config(), &host()).state
+}
+
+/// web (10.96.0.10:80 -> two pods on 8080), the Node, and what kube-proxy must not see.
+fn populate(server: &FakeApiServer) {
+    server.apply(service("web", "10.96.0.10", &[80]));
+    server.apply(slice(
+        "web",
+        "abc",
+        8080,
+        &[("10.244.0.2", NODE), ("10.244.1.2", "node-b")],
+    ));
+    server.apply(node(NODE, "192.168.1.10", "10.244.0.0/24"));
+    server.apply(node("node-b", "192.168.1.11", "10.244.1.0/24"));
+    // Another proxy's Service and a headless Service's slice: the selectors keep them away.
+    server.apply(label(
+        service("other", "10.96.0.20", &[80]),
+        "service.kubernetes.io/service-proxy-name",
+        "other-proxy",
+    ));
+    server.apply(label(
+        slice("db", "xyz", 5432, &[("10.244.0.9", NODE)]),
+        "service.kubernetes.io/headless",
+        "",
+    ));
+}
+
+#[tokio::test]
+async fn initial_list_publishes_one_complete_snapshot() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent = Agent::of(&server);
+    let c = agent.until("with web", has_service("web")).await;
+
+    assert_eq!(services(&c), ["web"]);
+    assert_eq!(endpoints(&c, "web"), ips(&["10.244.0.2", "10.244.1.2"]));
+    let node = c.node.as_ref().expect("the own Node");
+    assert_eq!(node.name, NODE);
+    assert_eq!(node.pod_cidrs, ["10.244.0.0/24".parse().unwrap()]);
+    assert_eq!(
+        agent.published().len(),
+        1,
+        "one snapshot for the initial lists"
+    );
+
+    // The selectors are kube-proxy's, applied on the server; lists come from the watch cache.
+    let requests = server.requests();
+    for r in requests
+        .iter()
+        .filter(|r| r.resource != Some(Resource::Nodes))
+    {
+        assert_eq!(
+            r.query.get("labelSelector").map(String::as_str),
+            Some(SELECTOR)
+        );
+    }
+    for r in requests
+        .iter()
+        .filter(|r| r.resource == Some(Resource::Nodes))
+    {
+        assert_eq!(
+            r.query.get("fieldSelector").map(String::as_str),
+            Some("metadata.name=node-a")
+        );
+    }
+    for r in requests.iter().filter(|r| !r.is_watch()) {
+        assert_eq!(
+            r.query.get("resourceVersion").map(String::as_str),
+            Some("0")
+        );
+    }
+
+    assert_eq!(
+        ipvs_plan(&c, &KernelState::default()),
+        [
+            "add service 10.96.0.10:80/tcp rr",
+            "add 10.244.0.2:8080 to 10.96.0.10:80/tcp weight 1",
+            "add 10.244.1.2:8080 to 10.96.0.10:80/tcp weight 1",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn watch_events_add_modify_and_delete() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent = Agent::of(&server);
+    let first = agent.until("with web", has_service("web")).await;
+
+    // Added: a new Service and its slice.
+    server.apply(service("api", "10.96.0.11", &[443]));
+    server.apply(slice("api", "a1", 8443, &[("10.244.0.3", NODE)]));
+    let added = agent
+        .until("with api's endpoint", |c| {
+            endpoints(c, "api") == ips(&["10.244.0.3"])
+        })
+        .await;
+    assert_eq!(
+        ipvs_plan(&added, &state_of(&first)),
+        [
+            "add service 10.96.0.11:443/tcp rr",
+            "add 10.244.0.3:8443 to 10.96.0.11:443/tcp weight 1",
+        ]
+    );
+
+    // Modified: web's pod on node-b is replaced.
+    server.apply(slice(
+        "web",
+        "abc",
+        8080,
+        &[("10.244.0.2", NODE), ("10.244.1.7", "node-b")],
+    ));
+    let modified = agent
+        .until("with web's new pod", |c| {
+            endpoints(c, "web").contains(&"10.244.1.7".parse().unwrap())
+        })
+        .await;
+    assert_eq!(
+        ipvs_plan(&modified, &state_of(&added)),
+        [
+            "add 10.244.1.7:8080 to 10.96.0.10:80/tcp weight 1",
+            "remove 10.244.1.2:8080 from 10.96.0.10:80/tcp",
+        ]
+    );
+
+    // Deleted: api goes; and web, labelled for another proxy, leaves the selection (the
+    // server sends DELETED).
+    server.delete(Resource::Services, "default", "api");
+    server.apply(label(
+        service("web", "10.96.0.10", &[80]),
+        "service.kubernetes.io/service-proxy-name",
+        "other-proxy",
+    ));
+    let deleted = agent
+        .until("without services", |c| c.services.is_empty())
+        .await;
+    assert_eq!(
+        ipvs_plan(&deleted, &state_of(&modified)),
+        [
+            "delete service 10.96.0.10:80/tcp",
+            "delete service 10.96.0.11:443/tcp",
+        ]
+    );
+    assert_eq!(server.lists(Resource::Services), 1, "no relist was needed");
+}
+
+#[tokio::test]
+async fn bookmarks_let_a_reconnect_resume_without_a_relist() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent = Agent::of(&server);
+    agent.until("with web", has_service("web")).await;
+    watching(&server, 1).await;
+
+    // Changes no watch of this agent sees move the resourceVersion on.
+    for i in 0..5 {
+        server.apply(label(
+            node("node-b", "192.168.1.11", "10.244.1.0/24"),
+            "round",
+            &i.to_string(),
+        ));
+    }
+    server.bookmark();
+    // Let the watchers read the bookmark before the history they would need is compacted.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.compact();
+    server.drop_watches();
+    server.apply(service("late", "10.96.0.12", &[80]));
+    let c = agent.until("with late", has_service("late")).await;
+
+    assert_eq!(services(&c), ["late", "web"]);
+    watching(&server, 2).await;
+    for r in KINDS {
+        assert_eq!(server.lists(r), 1, "{r:?} resumed from its bookmark");
+    }
+}
+
+#[tokio::test]
+async fn gone_relists_and_converges_without_publishing_a_partial_snapshot() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    for i in 1..=4 {
+        server.apply(service(&format!("s{i}"), &format!("10.96.1.{i}"), &[80]));
+    }
+    let mut agent = Agent::of(&server);
+    let before = agent.until("with s4", has_service("s4")).await;
+    assert_eq!(services(&before), ["s1", "s2", "s3", "s4", "web"]);
+    watching(&server, 1).await;
+
+    // The Service watch is told 410 Gone and its relist is slow; meanwhile the Services
+    // change (missed by the dead watch) and a slice changes (seen live, so a snapshot is
+    // published while the Service relist is in progress).
+    server.set_delay(Duration::from_millis(1200));
+    server.gone_for(Resource::Services);
+    server.delete(Resource::Services, "default", "s1");
+    server.apply(service("s5", "10.96.1.5", &[80]));
+    server.apply(slice("web", "abc", 8080, &[("10.244.0.2", NODE)]));
+    let during = agent
+        .until("with web's single pod", |c| {
+            endpoints(c, "web") == ips(&["10.244.0.2"])
+        })
+        .await;
+    assert_eq!(
+        services(&during),
+        services(&before),
+        "during the relist the previous Services are kept"
+    );
+    server.set_delay(Duration::ZERO);
+
+    let after = agent.until("with s5", has_service("s5")).await;
+    assert_eq!(services(&after), ["s2", "s3", "s4", "s5", "web"]);
+    assert_eq!(server.lists(Resource::Services), 2);
+    assert_eq!(server.lists(Resource::EndpointSlices), 1);
+    let old: BTreeSet<_> = services(&before).into_iter().collect();
+    let new: BTreeSet<_> = services(&after).into_iter().collect();
+    for c in agent.published() {
+        let seen: BTreeSet<_> = services(&c).into_iter().collect();
+        assert!(
+            seen == old || seen == new,
+            "a snapshot with services {seen:?} is neither the old nor the new list"
+        );
+    }
+    assert_eq!(
+        ipvs_plan(&after, &state_of(&during)),
+        [
+            "add service 10.96.1.5:80/tcp rr",
+            "delete service 10.96.1.1:80/tcp",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_expired_continue_token_restarts_the_list_from_the_first_page() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    for i in 1..=4 {
+        server.apply(service(&format!("s{i}"), &format!("10.96.1.{i}"), &[80]));
+    }
+    // The second page of the first Service list fails: etcd compacted in between.
+    server.expire_next_pages(1);
+    let mut agent = Agent::start(Watches::new(server.client(), NODE).page_size(Some(2)));
+    let c = agent
+        .until("with Services", |c| !c.services.is_empty())
+        .await;
+
+    assert_eq!(services(&c), ["s1", "s2", "s3", "s4", "web"]);
+    assert_eq!(
+        agent.published().len(),
+        1,
+        "the first page alone was never published"
+    );
+    // Pages: 2 (the second expired) + 3 for Services; no resourceVersion=0 with pages.
+    assert_eq!(server.lists(Resource::Services), 5);
+    assert!(
+        server.requests().iter().filter(|r| !r.is_watch()).all(|r| r
+            .query
+            .get("limit")
+            .map(String::as_str)
+            == Some("2")
+            && !r.query.contains_key("resourceVersion"))
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_connection_reconnects_from_the_last_version() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent = Agent::of(&server);
+    agent.until("with web", has_service("web")).await;
+    watching(&server, 1).await;
+
+    server.drop_watches();
+    server.apply(slice("web", "abc", 8080, &[("10.244.0.5", NODE)]));
+    let c = agent
+        .until("with web's new pod", |c| {
+            endpoints(c, "web") == ips(&["10.244.0.5"])
+        })
+        .await;
+    watching(&server, 2).await;
+    for r in KINDS {
+        assert_eq!(server.lists(r), 1, "{r:?} resumed without a relist");
+    }
+    assert_eq!(
+        ipvs_plan(&c, &KernelState::default()),
+        [
+            "add service 10.96.0.10:80/tcp rr",
+            "add 10.244.0.5:8080 to 10.96.0.10:80/tcp weight 1",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_slow_server_gives_no_snapshot_before_every_list_is_done() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    server.set_delay(Duration::from_millis(800));
+    let mut agent = Agent::of(&server);
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        agent.snapshots.borrow().is_none(),
+        "nothing before the lists"
+    );
+    let c = agent.until("with web", has_service("web")).await;
+    assert_eq!(services(&c), ["web"]);
+    assert!(c.node.is_some());
+    assert_eq!(agent.published().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_list_is_retried_and_nothing_is_published_meanwhile() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    // The first request (whichever kind) fails with a Status body.
+    server.fail_next(&[500]);
+    let mut agent = Agent::of(&server);
+    let c = agent.until("with web", has_service("web")).await;
+    assert!(c.node.is_some());
+    assert_eq!(endpoints(&c, "web").len(), 2);
+    assert_eq!(agent.published().len(), 1);
+    let lists: usize = KINDS.into_iter().map(|r| server.lists(r)).sum();
+    assert_eq!(lists, 4, "three lists and one retry");
+}
+
+#[tokio::test]
+async fn a_burst_of_events_is_coalesced() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent =
+        Agent::start(Watches::new(server.client(), NODE).coalesce(Duration::from_millis(300)));
+    agent.until("with web", has_service("web")).await;
+
+    for i in 0..40 {
+        server.apply(service(&format!("b{i}"), &format!("10.96.2.{i}"), &[80]));
+    }
+    let c = agent
+        .until("with the burst", |c| c.services.len() == 41)
+        .await;
+    assert_eq!(c.services.len(), 41);
+    let published = agent.published().len();
+    assert!(
+        published <= 4,
+        "40 events made {published} snapshots (initial included)"
+    );
+}
+
+#[tokio::test]
+async fn node_deletion_and_autoscaler_taint_are_reported() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let (tx, mut lifecycle) = watch::channel(NodeLifecycle::default());
+    let mut agent = Agent::start(Watches::new(server.client(), NODE).node_lifecycle(tx));
+    agent.until("with web", has_service("web")).await;
+    assert_eq!(*lifecycle.borrow_and_update(), NodeLifecycle::default());
+
+    let mut tainted = node(NODE, "192.168.1.10", "10.244.0.0/24");
+    tainted["spec"]["taints"] = serde_json::json!([
+        {"key": api::TO_BE_DELETED_TAINT, "value": "1700000000", "effect": "NoSchedule"}
+    ]);
+    server.apply(tainted);
+    tokio::time::timeout(WAIT, lifecycle.wait_for(|l| l.to_be_deleted))
+        .await
+        .expect("the taint is reported in time")
+        .expect("the source is running");
+    assert!(!lifecycle.borrow().deleting);
+    // The Node's model did not change: no new snapshot for it.
+    assert_eq!(agent.published().len(), 1);
+}
+
+#[tokio::test]
+async fn a_client_from_a_kubeconfig_reaches_the_server() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let dir = std::env::temp_dir().join(format!("kpi-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n\
+             users:\n- name: nobody\n  user: {{}}\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let options = ClientOptions {
+        kubeconfig: Some(path.clone()),
+        master: None,
+    };
+    let config = api::config(&options).await.expect("kubeconfig read");
+    assert_eq!(config.cluster_url.to_string(), format!("{}/", server.url()));
+
+    // --master overrides the kubeconfig's server.
+    let overridden = api::config(&ClientOptions {
+        kubeconfig: Some(path.clone()),
+        master: Some("https://10.0.0.1:6443".into()),
+    })
+    .await
+    .unwrap();
+    assert_eq!(overridden.cluster_url.to_string(), "https://10.0.0.1:6443/");
+
+    let client = api::client(&options).await.expect("a client");
+    let mut agent = Agent::start(Watches::new(client, NODE));
+    agent.until("with web", has_service("web")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn master_alone_and_errors() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let client = api::client(&ClientOptions {
+        kubeconfig: None,
+        master: Some(server.url()),
+    })
+    .await
+    .expect("a client of --master");
+    let (tx, mut rx) = watch::channel(None);
+    let source = tokio::spawn(api::run(client, NODE.into(), tx));
+    tokio::time::timeout(WAIT, rx.wait_for(|c| c.is_some()))
+        .await
+        .expect("a snapshot in time")
+        .expect("the source is running");
+    drop(rx);
+    // With no receiver left, the source ends.
+    tokio::time::timeout(WAIT, source)
+        .await
+        .expect("the source ends")
+        .expect("no panic")
+        .expect("no error");
+
+    assert!(matches!(
+        api::config(&ClientOptions {
+            kubeconfig: None,
+            master: Some("http://[::1".into()),
+        })
+        .await,
+        Err(api::Error::Master { .. })
+    ));
+    assert!(matches!(
+        api::config(&ClientOptions {
+            kubeconfig: Some("/nonexistent/kubeconfig".into()),
+            master: None,
+        })
+        .await,
+        Err(api::Error::Kubeconfig { .. })
+    ));
+    let (tx, _rx) = watch::channel(None);
+    assert!(matches!(
+        api::run(server.client(), String::new(), tx).await,
+        Err(api::Error::NoNodeName)
+    ));
+}
