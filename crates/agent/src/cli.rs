@@ -210,6 +210,10 @@ impl Args {
             masquerade_all: self.masquerade_all,
             masquerade_bit: self.iptables_masquerade_bit,
             local_detector,
+            nodeport_primary: self
+                .nodeport_addresses
+                .iter()
+                .any(|a| a.trim() == "primary"),
             nodeport_addresses,
             exclude_cidrs: self.ipvs_exclude_cidrs.clone(),
             random_fully: true,

@@ -513,3 +513,51 @@ fn a_running_agent_applies_manifest_changes() {
     let _ = agent.kill();
     let _ = agent.wait();
 }
+
+#[test]
+fn external_and_load_balancer_ips_carry_traffic() {
+    let node = Node::new("external", 1);
+    let svc = service(
+        "lb",
+        "10.96.0.40",
+        "  type: LoadBalancer\n  externalIPs: [198.51.100.7]\n",
+        "TCP",
+        80,
+        8080,
+        &[(0, "node-a")],
+    )
+    .replace("targetPort: 8080}]", "targetPort: 8080, nodePort: 30040}]")
+    .replacen(
+        "---\n",
+        "status: {loadBalancer: {ingress: [{ip: 203.0.113.7}]}}\n---\n",
+        1,
+    );
+    node.write("lb.yaml", &svc);
+    node.once(&[]);
+    let addrs = sh("ip -br addr show kube-ipvs0");
+    assert!(
+        addrs.contains("198.51.100.7/32") && addrs.contains("203.0.113.7/32"),
+        "{addrs}"
+    );
+    let sets = sh("ipset save");
+    assert!(
+        sets.contains("add KUBE-EXTERNAL-IP 198.51.100.7,tcp:80"),
+        "{sets}"
+    );
+    assert!(
+        sets.contains("add KUBE-LOAD-BALANCER 203.0.113.7,tcp:80"),
+        "{sets}"
+    );
+    for vip in [
+        "198.51.100.7:80",
+        "203.0.113.7:80",
+        "192.168.100.1:30040",
+        "10.96.0.40:80",
+    ] {
+        assert_eq!(
+            node.from_outside(vip),
+            Ok(node.pods[0].name.clone()),
+            "{vip}"
+        );
+    }
+}

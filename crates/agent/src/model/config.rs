@@ -38,6 +38,9 @@ pub struct ProxyConfig {
     /// `--nodeport-addresses`: NodePorts are served on local addresses inside these CIDRs;
     /// empty means every local address.
     pub nodeport_addresses: Vec<IpNet>,
+    /// `--nodeport-addresses=primary`: NodePorts are served on the Node's primary address of
+    /// each family only (from the Node object).
+    pub nodeport_primary: bool,
     /// `--ipvs-exclude-cidrs`: virtual servers inside these are never deleted.
     pub exclude_cidrs: Vec<IpNet>,
     /// Whether `iptables` supports `--random-fully` on MASQUERADE.
@@ -57,6 +60,7 @@ impl Default for ProxyConfig {
             masquerade_bit: 14,
             local_detector: LocalDetector::None,
             nodeport_addresses: Vec::new(),
+            nodeport_primary: false,
             exclude_cidrs: Vec::new(),
             random_fully: true,
             strict_arp: false,

@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use super::cluster::{Cluster, Family, Protocol, Service, ServiceType, TrafficPolicy};
-use super::config::ProxyConfig;
+use super::config::{LocalDetector, ProxyConfig};
 use super::endpoints::{choose, port_endpoints};
 use super::iptables::{self, OutFilter};
 use super::kernel::{KernelState, LINK_NAME, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey};
 use super::sets::{self, SetDef, set_name};
+use ipnet::IpNet;
 
 /// An address configured on one of the host's interfaces.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,6 +69,7 @@ pub struct Desired {
 
 /// Computes the kernel state for `cluster`.
 pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired {
+    let config = &resolve_node_settings(cluster, config);
     let mut out = Builder {
         config,
         host,
@@ -119,6 +121,32 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
     }
     out.d.state.sysctls = sysctls(config);
     out.d
+}
+
+/// Fills the settings that come from the Node object: `--nodeport-addresses=primary` (the
+/// Node's first address of each family, as a host prefix) and `--detect-local-mode=NodeCIDR`
+/// (the Node's pod CIDRs). Without a Node they stay empty: NodePorts are then served nowhere
+/// rather than everywhere, and no pod traffic is told apart.
+fn resolve_node_settings(cluster: &Cluster, config: &ProxyConfig) -> ProxyConfig {
+    let mut c = config.clone();
+    let node = cluster.node.as_ref();
+    if config.nodeport_primary {
+        c.nodeport_addresses = [Family::V4, Family::V6]
+            .into_iter()
+            .filter_map(|f| node.and_then(|n| n.addresses.iter().find(|a| Family::of(a) == f)))
+            .map(|ip| IpNet::from(*ip))
+            .collect();
+        if c.nodeport_addresses.is_empty() {
+            // An impossible prefix: no local address matches until the Node is known.
+            c.nodeport_addresses = vec![IpNet::from(IpAddr::from([0, 0, 0, 0]))];
+        }
+    }
+    if let LocalDetector::NodeCidr(cidrs) = &mut c.local_detector
+        && cidrs.is_empty()
+    {
+        *cidrs = node.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
+    }
+    c
 }
 
 /// The sysctls IPVS mode needs.

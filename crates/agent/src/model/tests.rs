@@ -530,3 +530,47 @@ fn a_services_own_scheduler_overrides_the_flag() {
         "rr"
     );
 }
+
+#[test]
+fn nodeport_addresses_primary_and_node_cidr_come_from_the_node() {
+    let mut c = cluster(
+        vec![svc("np").cluster_ip("10.96.0.12").tcp(80).node_port(30080)],
+        vec![],
+    );
+    let mut h = host();
+    h.addresses.push(super::desired::LocalAddress {
+        interface: "eth1".into(),
+        address: ip("172.16.0.5"),
+    });
+    let cfg = super::config::ProxyConfig {
+        nodeport_primary: true,
+        local_detector: super::config::LocalDetector::NodeCidr(vec![]),
+        ..config()
+    };
+    // Without the Node: no NodePort anywhere.
+    let d = desired(&c, &cfg, &h).state;
+    assert!(
+        !d.services.keys().any(|k| k.port == 30080),
+        "{:?}",
+        d.services.keys()
+    );
+    c.node = Some(super::cluster::Node {
+        name: "node-a".into(),
+        addresses: vec![ip("172.16.0.5")],
+        pod_cidrs: vec!["10.244.7.0/24".parse().unwrap()],
+        labels: Default::default(),
+    });
+    let d = desired(&c, &cfg, &h).state;
+    let np: Vec<String> = d
+        .services
+        .keys()
+        .filter(|k| k.port == 30080)
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(np, ["172.16.0.5:30080/tcp"]);
+    let rules = &d.rules[&Family::V4].rules;
+    assert!(
+        rules.iter().any(|(_, r)| r.contains("! -s 10.244.7.0/24")),
+        "{rules:?}"
+    );
+}
