@@ -569,7 +569,9 @@ async fn a_client_from_a_kubeconfig_reaches_the_server() {
     .unwrap();
     let options = ClientOptions {
         kubeconfig: Some(path.clone()),
-        master: None,
+        qps: 5.0,
+        burst: 10,
+        ..ClientOptions::default()
     };
     let config = api::config(&options).await.expect("kubeconfig read");
     assert_eq!(config.cluster_url.to_string(), format!("{}/", server.url()));
@@ -578,6 +580,7 @@ async fn a_client_from_a_kubeconfig_reaches_the_server() {
     let overridden = api::config(&ClientOptions {
         kubeconfig: Some(path.clone()),
         master: Some("https://10.0.0.1:6443".into()),
+        ..ClientOptions::default()
     })
     .await
     .unwrap();
@@ -590,12 +593,35 @@ async fn a_client_from_a_kubeconfig_reaches_the_server() {
 }
 
 #[tokio::test]
+async fn a_qps_limit_spaces_the_requests() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let client = api::client(&ClientOptions {
+        master: Some(server.url()),
+        qps: 4.0,
+        burst: 1,
+        ..ClientOptions::default()
+    })
+    .await
+    .unwrap();
+    let start = tokio::time::Instant::now();
+    let mut agent = Agent::start(Watches::new(client, NODE));
+    agent.until("with web", has_service("web")).await;
+    // Three lists with one token and four more per second: the last one waits 0.5 s.
+    assert!(
+        start.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn master_alone_and_errors() {
     let server = FakeApiServer::start().await;
     populate(&server);
     let client = api::client(&ClientOptions {
-        kubeconfig: None,
         master: Some(server.url()),
+        ..ClientOptions::default()
     })
     .await
     .expect("a client of --master");
@@ -615,8 +641,8 @@ async fn master_alone_and_errors() {
 
     assert!(matches!(
         api::config(&ClientOptions {
-            kubeconfig: None,
             master: Some("http://[::1".into()),
+            ..ClientOptions::default()
         })
         .await,
         Err(api::Error::Master { .. })
@@ -624,7 +650,7 @@ async fn master_alone_and_errors() {
     assert!(matches!(
         api::config(&ClientOptions {
             kubeconfig: Some("/nonexistent/kubeconfig".into()),
-            master: None,
+            ..ClientOptions::default()
         })
         .await,
         Err(api::Error::Kubeconfig { .. })

@@ -22,10 +22,11 @@
 //! # Client
 //! [`client`] builds a [`kube::Client`] the way kube-proxy's `--kubeconfig` and `--master`
 //! do. kube (5.x) has no request rate limiter, so `--kube-api-qps` and `--kube-api-burst`
-//! have no effect here: after the three initial lists, the agent's requests are one watch per
-//! kind every few minutes (and a relist after a `410`), each behind kube-runtime's
-//! exponential backoff (0.8 s to 30 s, as client-go's reflector). kube speaks JSON only:
-//! there is no protobuf content type.
+//! are a token bucket of our own on the client's tower stack (client-go's semantics: one
+//! token per request, watches included). Little goes through it: after the three initial
+//! lists, the agent makes one watch per kind every few minutes (and a relist after a
+//! `410`), each behind kube-runtime's exponential backoff (0.8 s to 30 s, as client-go's
+//! reflector). kube speaks JSON only: there is no protobuf content type.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -38,6 +39,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use kube::api::Api;
+use kube::client::ClientBuilder;
 use kube::config::{Config, InClusterError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -47,6 +49,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use self::rate::RateLimitLayer;
 use crate::k8s::convert::{self, ConvertError};
 use crate::model::cluster::{self, Cluster, ServiceRef};
 
@@ -98,13 +101,19 @@ pub enum Error {
 /// A `Result` whose error is this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Where the API server is and how to reach it: kube-proxy's `--kubeconfig` and `--master`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where the API server is and how to reach it: kube-proxy's `--kubeconfig`, `--master`,
+/// `--kube-api-qps` and `--kube-api-burst`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClientOptions {
     /// `--kubeconfig`: a kubeconfig file (its current context).
     pub kubeconfig: Option<PathBuf>,
     /// `--master`: the API server's URL, overriding the kubeconfig's server.
     pub master: Option<String>,
+    /// `--kube-api-qps`: requests per second (kube-proxy's default is 5); zero or less
+    /// means no limit.
+    pub qps: f32,
+    /// `--kube-api-burst`: requests allowed at once above `qps` (kube-proxy's default 10).
+    pub burst: u32,
 }
 
 /// The client configuration kube-proxy would use: with neither option, the pod's
@@ -149,10 +158,18 @@ async fn from_kubeconfig(path: &Path) -> Result<Config> {
         .map_err(failed)
 }
 
-/// A client built from [`config`].
+/// A client built from [`config`], its requests limited to `qps` and `burst` as client-go
+/// limits kube-proxy's.
 pub async fn client(options: &ClientOptions) -> Result<Client> {
     let config = config(options).await?;
-    Client::try_from(config).map_err(Error::Client)
+    let builder = ClientBuilder::try_from(config).map_err(Error::Client)?;
+    Ok(if options.qps > 0.0 {
+        builder
+            .with_layer(&RateLimitLayer::new(options.qps, options.burst))
+            .build()
+    } else {
+        builder.build()
+    })
 }
 
 /// What the agent's Node says about its own end, read from the same watch as the snapshots.
@@ -583,5 +600,6 @@ fn apply_result<K: Watched>(store: &mut Store<K>, event: WatchResult<K>) -> bool
     }
 }
 
+mod rate;
 #[cfg(test)]
 mod tests;
