@@ -1153,6 +1153,7 @@ impl KubeProxyConfiguration {
             masquerade_bit,
             local_detector,
             nodeport_addresses,
+            nodeport_primary: self.node_port_addresses.iter().any(|a| a == "primary"),
             exclude_cidrs,
             random_fully: true,
             strict_arp: self.ipvs.strict_arp,

@@ -837,6 +837,7 @@ nodePortAddresses: [all]
         .config;
     let p = c.to_proxy_config("n1").unwrap();
     assert!(p.nodeport_addresses.is_empty());
+    assert!(p.nodeport_primary);
     assert_eq!(p.local_detector, LocalDetector::NodeCidr(Vec::new()));
     let p = KubeProxyConfiguration::defaults()
         .to_proxy_config("n1")
