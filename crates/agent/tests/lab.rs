@@ -96,12 +96,12 @@ impl Node {
             .expect("start the agent")
     }
 
-    fn from_outside(&self, addr: &str) -> Result<String, String> {
+    fn ask_from_outside(&self, addr: &str) -> Result<String, String> {
         let addr: SocketAddr = addr.parse().unwrap();
         within(&self.outside, move || ask_tcp(addr))
     }
 
-    fn from_pod(&self, pod: usize, addr: &str) -> Result<String, String> {
+    fn ask_from_pod(&self, pod: usize, addr: &str) -> Result<String, String> {
         let addr: SocketAddr = addr.parse().unwrap();
         within(&self.pods[pod].ns, move || ask_tcp(addr))
     }
@@ -172,17 +172,17 @@ fn cluster_ip_node_port_and_hairpin_carry_traffic() {
     node.once(&[]);
 
     // rr over two pods alternates, from outside the node...
-    let outside = names(4, || node.from_outside("10.96.0.10:80"));
+    let outside = names(4, || node.ask_from_outside("10.96.0.10:80"));
     assert_ne!(outside[0], outside[1], "{outside:?}");
     assert_eq!(outside[0], outside[2], "{outside:?}");
     // ...on the NodePort of the node's address...
-    let np = names(2, || node.from_outside(&format!("{NODE_IP}:30080")));
+    let np = names(2, || node.ask_from_outside(&format!("{NODE_IP}:30080")));
     assert_ne!(np[0], np[1], "{np:?}");
     // ...from the node itself (the VIP is its source address: masqueraded, kube-proxy #63241)...
     let host = names(2, || ask_tcp("10.96.0.10:80".parse().unwrap()));
     assert_ne!(host[0], host[1], "{host:?}");
     // ...and from a pod to its own Service, reaching itself too (KUBE-LOOP-BACK).
-    let hairpin = names(4, || node.from_pod(0, "10.96.0.10:80"));
+    let hairpin = names(4, || node.ask_from_pod(0, "10.96.0.10:80"));
     assert!(hairpin.contains(&node.pods[0].name), "{hairpin:?}");
     assert!(hairpin.contains(&node.pods[1].name), "{hairpin:?}");
 }
@@ -310,7 +310,7 @@ fn session_affinity_and_sh_stick_to_one_pod_per_client() {
     assert!(sh("ipvsadm -Sn").contains("-A -t 10.96.0.11:80 -s rr -p 10800"));
     assert!(sh("ipvsadm -Sn").contains("-A -t 10.96.0.12:80 -s sh"));
     for vip in ["10.96.0.11:80", "10.96.0.12:80"] {
-        let got = names(5, || node.from_outside(vip));
+        let got = names(5, || node.ask_from_outside(vip));
         assert!(got.iter().all(|n| *n == got[0]), "{vip}: {got:?}");
         // From the node itself (another client address) it sticks as well.
         let host = names(3, || ask_tcp(vip.parse().unwrap()));
@@ -335,16 +335,16 @@ fn host_ports_are_not_reachable_on_a_vip() {
         }
     });
     assert_eq!(
-        node.from_outside(&format!("{NODE_IP}:2222")),
+        node.ask_from_outside(&format!("{NODE_IP}:2222")),
         Ok("host".into()),
         "the host service works"
     );
-    let err = node.from_outside("10.96.0.10:2222").unwrap_err();
+    let err = node.ask_from_outside("10.96.0.10:2222").unwrap_err();
     assert!(
         err.contains("refused"),
         "KUBE-IPVS-FILTER must reject it: {err}"
     );
-    assert!(node.from_outside("10.96.0.10:80").is_ok());
+    assert!(node.ask_from_outside("10.96.0.10:80").is_ok());
 }
 
 #[test]
@@ -450,7 +450,7 @@ fn a_bad_service_is_skipped_and_the_others_work() {
     );
     assert!(log.contains("t/bad2") && log.contains("ICMP"), "{log}");
     assert_eq!(
-        node.from_outside("10.96.0.10:80"),
+        node.ask_from_outside("10.96.0.10:80"),
         Ok(node.pods[0].name.clone())
     );
 }
@@ -507,7 +507,7 @@ fn a_running_agent_applies_manifest_changes() {
         s.contains("-r 10.244.0.3:8080") && !s.contains("-r 10.244.0.2:8080")
     });
     assert_eq!(
-        node.from_outside("10.96.0.10:80"),
+        node.ask_from_outside("10.96.0.10:80"),
         Ok(node.pods[1].name.clone())
     );
     let _ = agent.kill();
@@ -555,7 +555,7 @@ fn external_and_load_balancer_ips_carry_traffic() {
         "10.96.0.40:80",
     ] {
         assert_eq!(
-            node.from_outside(vip),
+            node.ask_from_outside(vip),
             Ok(node.pods[0].name.clone()),
             "{vip}"
         );

@@ -74,6 +74,7 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
         config,
         host,
         d: Desired::default(),
+        out_filters: BTreeSet::new(),
     };
     out.d.state.link = true;
     for family in &config.families {
@@ -104,7 +105,7 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
             SetEntry::IpPort(k.address, k.protocol, k.port),
         );
     }
-    let out_filters: Vec<OutFilter> = Vec::new();
+    let out_filters = std::mem::take(&mut out.out_filters);
     for family in &config.families {
         let family_sets: BTreeMap<String, Set> = out
             .d
@@ -116,7 +117,16 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
             .collect();
         out.d.state.rules.insert(
             *family,
-            iptables::rules(*family, config, &family_sets, &out_filters),
+            iptables::rules(
+                *family,
+                config,
+                &family_sets,
+                &out_filters
+                    .iter()
+                    .filter(|f| Family::of(&f.address) == *family)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
         );
     }
     out.d.state.sysctls = sysctls(config);
@@ -175,6 +185,8 @@ struct Builder<'a> {
     config: &'a ProxyConfig,
     host: &'a Host,
     d: Desired,
+    /// Load-balancer entries whose source ranges leave the node out.
+    out_filters: BTreeSet<OutFilter>,
 }
 
 impl Builder<'_> {
@@ -322,14 +334,38 @@ impl Builder<'_> {
                             .iter()
                             .filter(|r| Family::of(&r.addr()) == family)
                             .collect();
-                        if !ranges.is_empty() {
+                        // A zero prefix allows everyone: no firewall at all (and a hash set
+                        // cannot hold a /0).
+                        if !ranges.is_empty() && !ranges.iter().any(|r| r.prefix_len() == 0) {
                             self.add_entry(&sets::LOAD_BALANCER_FW, family, entry);
-                            for r in ranges {
+                            for r in &ranges {
                                 self.add_entry(
                                     &sets::LOAD_BALANCER_SOURCE_CIDR,
                                     family,
-                                    SetEntry::IpPortNet(ip, proto, port.port, *r),
+                                    SetEntry::IpPortNet(ip, proto, port.port, **r),
                                 );
+                            }
+                            // The node's own traffic to the LB IP has that IP as its source: let
+                            // it in when a range holds a node address, else drop it on the way
+                            // out (kube-proxy #119656).
+                            let node_allowed = self
+                                .host
+                                .addresses
+                                .iter()
+                                .filter(|a| a.interface != LINK_NAME && !a.address.is_loopback())
+                                .any(|a| ranges.iter().any(|r| r.contains(&a.address)));
+                            if node_allowed {
+                                self.add_entry(
+                                    &sets::LOAD_BALANCER_SOURCE_IP,
+                                    family,
+                                    SetEntry::IpPortIp(ip, proto, port.port, ip),
+                                );
+                            } else {
+                                self.out_filters.insert(OutFilter {
+                                    address: ip,
+                                    protocol: proto,
+                                    port: port.port,
+                                });
                             }
                         }
                     }

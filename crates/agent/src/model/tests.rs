@@ -574,3 +574,54 @@ fn nodeport_addresses_primary_and_node_cidr_come_from_the_node() {
         "{rules:?}"
     );
 }
+
+#[test]
+fn load_balancer_source_ranges_fill_the_firewall_sets_and_filter_the_node() {
+    let mut s = svc("fw")
+        .cluster_ip("10.96.0.30")
+        .tcp(443)
+        .node_port(30443)
+        .load_balancer("203.0.113.9");
+    s.0.load_balancer_source_ranges = vec!["198.51.100.0/24".parse().unwrap()];
+    let mut open = svc("open")
+        .cluster_ip("10.96.0.31")
+        .tcp(443)
+        .node_port(30444)
+        .load_balancer("203.0.113.10");
+    open.0.load_balancer_source_ranges = vec!["0.0.0.0/0".parse().unwrap()];
+    let mut mine = svc("mine")
+        .cluster_ip("10.96.0.32")
+        .tcp(443)
+        .node_port(30445)
+        .load_balancer("203.0.113.11");
+    mine.0.load_balancer_source_ranges = vec!["192.168.1.0/24".parse().unwrap()];
+    let d = desired(&cluster(vec![s, open, mine], vec![]), &config(), &host()).state;
+    assert_eq!(
+        entries(&d, "KUBE-LOAD-BALANCER-FW"),
+        ["203.0.113.9,tcp:443", "203.0.113.11,tcp:443"]
+    );
+    assert_eq!(
+        entries(&d, "KUBE-LOAD-BALANCER-SOURCE-CIDR"),
+        [
+            "203.0.113.9,tcp:443,198.51.100.0/24",
+            "203.0.113.11,tcp:443,192.168.1.0/24"
+        ]
+    );
+    // The node (192.168.1.10) is inside mine's range: it may reach it; not fw's.
+    assert_eq!(
+        entries(&d, "KUBE-LOAD-BALANCER-SOURCE-IP"),
+        ["203.0.113.11,tcp:443,203.0.113.11"]
+    );
+    let rules = &d.rules[&Family::V4].rules;
+    let out: Vec<&String> = rules
+        .iter()
+        .filter(|(_, r)| r.starts_with("-A KUBE-IPVS-OUT-FILTER"))
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(
+        out,
+        [
+            "-A KUBE-IPVS-OUT-FILTER -s 203.0.113.9 -m ipvs --vaddr 203.0.113.9 --vproto tcp --vport 443 -j DROP"
+        ]
+    );
+}
