@@ -1,77 +1,35 @@
 //! The command line, with kube-proxy's flag names and meanings.
+//!
+//! kube-proxy's own flags are kept as the strings the user typed: the configuration module
+//! (`config_file`) owns their defaults, their validation and the way they combine with a
+//! `--config` file, so that a flag and the field it stands for can never disagree.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::Parser;
-use ipnet::IpNet;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
-use crate::model::cluster::Family;
-use crate::model::config::{LocalDetector, ProxyConfig};
+use crate::config_file::{self, Decoding, FlagOverrides, KubeProxyConfiguration};
+use crate::model::config::ProxyConfig;
 
 /// kube-proxy-ipvs: a Kubernetes Service proxy on Linux IPVS, a drop-in for
-/// `kube-proxy --proxy-mode=ipvs`.
+/// `kube-proxy --proxy-mode=ipvs`. Flags take kube-proxy's names and meanings.
 #[derive(Debug, Parser)]
 #[command(name = "kube-proxy-ipvs", version)]
 pub struct Args {
-    /// Which proxy mode to use; only `ipvs` is implemented.
-    #[arg(long, default_value = "ipvs")]
-    pub proxy_mode: String,
-    /// The node's name; an endpoint is local when its nodeName equals it. Defaults to the
-    /// host name.
+    /// A KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) file. Flags given
+    /// explicitly override its fields, each with a warning.
     #[arg(long)]
-    pub hostname_override: Option<String>,
-    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, ...).
-    #[arg(long, default_value = "rr")]
-    pub ipvs_scheduler: String,
-    /// How often the kernel is read again and repaired.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub ipvs_sync_period: Duration,
-    /// The minimum time between two syncs.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub ipvs_min_sync_period: Duration,
-    /// Comma-separated CIDRs whose IPVS virtual servers are never deleted.
-    #[arg(long, value_delimiter = ',', value_parser = parse_cidr)]
-    pub ipvs_exclude_cidrs: Vec<IpNet>,
-    /// Set arp_ignore=1 and arp_announce=2 (MetalLB L2 mode needs it).
+    pub config: Option<PathBuf>,
+    /// Write the effective configuration to this file and exit.
     #[arg(long)]
-    pub ipvs_strict_arp: bool,
-    /// IPVS TCP timeout (0 leaves it as is).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub ipvs_tcp_timeout: Duration,
-    /// IPVS TCP FIN timeout (0 leaves it as is).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub ipvs_tcpfin_timeout: Duration,
-    /// IPVS UDP timeout (0 leaves it as is).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub ipvs_udp_timeout: Duration,
-    /// SNAT all traffic sent to cluster IPs.
-    #[arg(long)]
-    pub masquerade_all: bool,
-    /// The fwmark bit that marks packets for SNAT (0..31).
-    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
-    pub iptables_masquerade_bit: u8,
-    /// The pod CIDRs of the cluster (comma-separated, one per family).
-    #[arg(long, value_delimiter = ',', value_parser = parse_cidr)]
-    pub cluster_cidr: Vec<IpNet>,
-    /// How pod traffic is recognised: ClusterCIDR, NodeCIDR, BridgeInterface,
-    /// InterfaceNamePrefix.
-    #[arg(long, default_value = "ClusterCIDR")]
-    pub detect_local_mode: String,
-    /// The pods' bridge (BridgeInterface mode).
-    #[arg(long, default_value = "")]
-    pub pod_bridge_interface: String,
-    /// The pods' interface name prefix (InterfaceNamePrefix mode).
-    #[arg(long, default_value = "")]
-    pub pod_interface_name_prefix: String,
-    /// Comma-separated CIDRs of the node addresses NodePorts are served on, or `primary`.
-    /// Empty: every local address.
-    #[arg(long, value_delimiter = ',')]
-    pub nodeport_addresses: Vec<String>,
+    pub write_config_to: Option<PathBuf>,
     /// A file or directory of YAML manifests (Services, EndpointSlices, Nodes) used instead of
     /// an API server; changes to it are applied.
     #[arg(long)]
     pub manifests: Option<PathBuf>,
+    /// The API server's address (overrides the kubeconfig's).
+    #[arg(long)]
+    pub master: Option<String>,
     /// Run one full sync, then exit (0 on success).
     #[arg(long)]
     pub once: bool,
@@ -81,219 +39,229 @@ pub struct Args {
     /// Remove everything the agent owns, and nothing else, then exit.
     #[arg(long)]
     pub cleanup: bool,
+
+    /// Which proxy mode to use; only `ipvs` is implemented.
+    #[arg(long)]
+    pub proxy_mode: Option<String>,
+    /// The node's name; an endpoint is local when its nodeName equals it. Defaults to the
+    /// host name.
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh, ...).
+    #[arg(long)]
+    pub ipvs_scheduler: Option<String>,
+    /// How often the kernel is read again and repaired (default 30s).
+    #[arg(long)]
+    pub ipvs_sync_period: Option<String>,
+    /// The minimum time between two syncs (default 0s).
+    #[arg(long)]
+    pub ipvs_min_sync_period: Option<String>,
+    /// Comma-separated CIDRs whose IPVS virtual servers are never deleted.
+    #[arg(long)]
+    pub ipvs_exclude_cidrs: Option<String>,
+    /// Set arp_ignore=1 and arp_announce=2 (MetalLB L2 mode needs it).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ipvs_strict_arp: Option<String>,
+    /// IPVS TCP timeout (0 leaves it as is).
+    #[arg(long)]
+    pub ipvs_tcp_timeout: Option<String>,
+    /// IPVS TCP FIN timeout (0 leaves it as is).
+    #[arg(long)]
+    pub ipvs_tcpfin_timeout: Option<String>,
+    /// IPVS UDP timeout (0 leaves it as is).
+    #[arg(long)]
+    pub ipvs_udp_timeout: Option<String>,
+    /// SNAT all traffic sent to cluster IPs.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub masquerade_all: Option<String>,
+    /// The fwmark bit that marks packets for SNAT (0..31, default 14).
+    #[arg(long)]
+    pub iptables_masquerade_bit: Option<String>,
+    /// iptables mode only: accepted and ignored, with a warning.
+    #[arg(long)]
+    pub iptables_sync_period: Option<String>,
+    /// iptables mode only: accepted and ignored, with a warning.
+    #[arg(long)]
+    pub iptables_min_sync_period: Option<String>,
+    /// iptables mode only: accepted and ignored, with a warning.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub iptables_localhost_nodeports: Option<String>,
+    /// The pod CIDRs of the cluster (comma-separated, one per family).
+    #[arg(long)]
+    pub cluster_cidr: Option<String>,
+    /// How pod traffic is recognised: ClusterCIDR, NodeCIDR, BridgeInterface,
+    /// InterfaceNamePrefix.
+    #[arg(long)]
+    pub detect_local_mode: Option<String>,
+    /// The pods' bridge (BridgeInterface mode).
+    #[arg(long)]
+    pub pod_bridge_interface: Option<String>,
+    /// The pods' interface name prefix (InterfaceNamePrefix mode).
+    #[arg(long)]
+    pub pod_interface_name_prefix: Option<String>,
+    /// Comma-separated CIDRs of the node addresses NodePorts are served on, or `primary`.
+    /// Empty: every local address.
+    #[arg(long)]
+    pub nodeport_addresses: Option<String>,
+    /// The node's primary address override.
+    #[arg(long)]
+    pub bind_address: Option<String>,
+    /// Where `/healthz` and `/livez` are served (default 0.0.0.0:10256; empty disables).
+    #[arg(long)]
+    pub healthz_bind_address: Option<String>,
+    /// Where `/metrics` is served (default 127.0.0.1:10249; empty disables).
+    #[arg(long)]
+    pub metrics_bind_address: Option<String>,
+    /// Deprecated: the healthz port (0 disables).
+    #[arg(long)]
+    pub healthz_port: Option<String>,
+    /// Deprecated: the metrics port (0 disables).
+    #[arg(long)]
+    pub metrics_port: Option<String>,
+    /// Fail when the healthz or metrics address cannot be bound.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub bind_address_hard_fail: Option<String>,
+    /// Profiling handlers (accepted, not served).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub profiling: Option<String>,
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub show_hidden_metrics_for_version: Option<String>,
+    /// The kubeconfig file (default: in-cluster configuration).
+    #[arg(long)]
+    pub kubeconfig: Option<String>,
+    /// The API content type (the client speaks JSON; accepted with a warning).
+    #[arg(long)]
+    pub kube_api_content_type: Option<String>,
+    /// API requests per second (default 5).
+    #[arg(long)]
+    pub kube_api_qps: Option<String>,
+    /// API request burst (default 10).
+    #[arg(long)]
+    pub kube_api_burst: Option<String>,
+    /// conntrack entries per CPU (default 32768; 0 leaves it).
+    #[arg(long)]
+    pub conntrack_max_per_core: Option<String>,
+    /// Minimum conntrack table size (default 131072).
+    #[arg(long)]
+    pub conntrack_min: Option<String>,
+    /// Established TCP conntrack timeout (default 24h).
+    #[arg(long)]
+    pub conntrack_tcp_timeout_established: Option<String>,
+    /// CLOSE_WAIT TCP conntrack timeout (default 1h).
+    #[arg(long)]
+    pub conntrack_tcp_timeout_close_wait: Option<String>,
+    /// Make conntrack's TCP tracking liberal.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub conntrack_tcp_be_liberal: Option<String>,
+    /// UDP conntrack timeout (0 leaves it).
+    #[arg(long)]
+    pub conntrack_udp_timeout: Option<String>,
+    /// UDP stream conntrack timeout (0 leaves it).
+    #[arg(long)]
+    pub conntrack_udp_timeout_stream: Option<String>,
+    /// Informer resync period (accepted; the watches are level-triggered).
+    #[arg(long)]
+    pub config_sync_period: Option<String>,
+    /// The process's OOM score adjustment (default -999).
+    #[arg(long)]
+    pub oom_score_adj: Option<String>,
+    /// Feature gates (`Name=true,...`).
+    #[arg(long)]
+    pub feature_gates: Option<String>,
+    /// Log format (`text` or `json`).
+    #[arg(long)]
+    pub logging_format: Option<String>,
     /// Log verbosity (0..10), as kube-proxy's -v.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    pub verbosity: u8,
+    #[arg(short = 'v', long = "v")]
+    pub v: Option<String>,
 }
 
-/// A bad command line, naming the flag.
-#[derive(Debug, thiserror::Error)]
-#[error("--{flag}: {message}")]
-pub struct ArgError {
-    /// The flag.
-    pub flag: &'static str,
-    /// What is wrong.
-    pub message: String,
+/// The parsed command line and the effective configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The agent's own flags (`--manifests`, `--once`...).
+    pub args: std::sync::Arc<Args>,
+    /// The effective kube-proxy configuration: file, defaults, flags.
+    pub kube_proxy: KubeProxyConfiguration,
+    /// The node's name.
+    pub node_name: String,
+    /// The model's configuration.
+    pub proxy: ProxyConfig,
+    /// Warnings to log once.
+    pub warnings: Vec<String>,
 }
 
 impl Args {
-    /// The node's name: `--hostname-override` or the host name, lower-cased as kube-proxy does.
-    pub fn node_name(&self) -> String {
-        let name = self.hostname_override.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        });
-        name.trim().to_lowercase()
-    }
-
-    /// Checks the flags against each other and builds the proxy configuration.
-    pub fn config(&self) -> Result<ProxyConfig, ArgError> {
-        if self.proxy_mode != "ipvs" {
-            return Err(ArgError {
-                flag: "proxy-mode",
-                message: format!(
-                    "mode {:?} is not implemented by kube-proxy-ipvs; only \"ipvs\" is",
-                    self.proxy_mode
-                ),
-            });
-        }
-        if self.ipvs_sync_period.is_zero() {
-            return Err(ArgError {
-                flag: "ipvs-sync-period",
-                message: "must be greater than 0".into(),
-            });
-        }
-        if self.ipvs_min_sync_period > self.ipvs_sync_period {
-            return Err(ArgError {
-                flag: "ipvs-min-sync-period",
-                message: "must not exceed --ipvs-sync-period".into(),
-            });
-        }
-        if self.ipvs_scheduler.is_empty()
-            || !self
-                .ipvs_scheduler
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Err(ArgError {
-                flag: "ipvs-scheduler",
-                message: format!("{:?} is not a scheduler name", self.ipvs_scheduler),
-            });
-        }
-        let local_detector = match self.detect_local_mode.as_str() {
-            "ClusterCIDR" | "" => {
-                if self.cluster_cidr.is_empty() {
-                    LocalDetector::None
-                } else {
-                    LocalDetector::ClusterCidr(self.cluster_cidr.clone())
-                }
-            }
-            // Filled from the Node's podCIDRs by the sync when it knows them.
-            "NodeCIDR" => LocalDetector::NodeCidr(Vec::new()),
-            "BridgeInterface" => {
-                if self.pod_bridge_interface.is_empty() {
-                    return Err(ArgError {
-                        flag: "pod-bridge-interface",
-                        message: "required with --detect-local-mode=BridgeInterface".into(),
-                    });
-                }
-                LocalDetector::BridgeInterface(self.pod_bridge_interface.clone())
-            }
-            "InterfaceNamePrefix" => {
-                if self.pod_interface_name_prefix.is_empty() {
-                    return Err(ArgError {
-                        flag: "pod-interface-name-prefix",
-                        message: "required with --detect-local-mode=InterfaceNamePrefix".into(),
-                    });
-                }
-                LocalDetector::InterfaceNamePrefix(self.pod_interface_name_prefix.clone())
-            }
-            other => {
-                return Err(ArgError {
-                    flag: "detect-local-mode",
-                    message: format!(
-                        "{other:?}: must be ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix"
-                    ),
-                });
-            }
-        };
-        let mut nodeport_addresses = Vec::new();
-        for a in self
-            .nodeport_addresses
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-        {
-            if a == "primary" {
-                if self.nodeport_addresses.len() > 1 {
-                    return Err(ArgError {
-                        flag: "nodeport-addresses",
-                        message: "\"primary\" cannot be combined with CIDRs".into(),
-                    });
-                }
-                // Expanded from the Node's addresses by the sync when it knows them.
-                continue;
-            }
-            nodeport_addresses.push(parse_cidr(a).map_err(|message| ArgError {
-                flag: "nodeport-addresses",
-                message,
-            })?);
-        }
-        let mut families = vec![Family::V4];
-        if self.cluster_cidr.iter().any(|c| matches!(c, IpNet::V6(_))) {
-            families.push(Family::V6);
-        }
-        Ok(ProxyConfig {
-            node_name: self.node_name(),
-            scheduler: self.ipvs_scheduler.clone(),
-            masquerade_all: self.masquerade_all,
-            masquerade_bit: self.iptables_masquerade_bit,
-            local_detector,
-            nodeport_primary: self
-                .nodeport_addresses
-                .iter()
-                .any(|a| a.trim() == "primary"),
-            nodeport_addresses,
-            exclude_cidrs: self.ipvs_exclude_cidrs.clone(),
-            random_fully: true,
-            strict_arp: self.ipvs_strict_arp,
-            families,
-        })
+    /// The log verbosity from `-v` (0 when absent or not a number).
+    pub fn verbosity(&self) -> u8 {
+        self.v.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
     }
 }
 
-/// Parses a CIDR (`10.0.0.0/8`); a plain address is refused, as kube-proxy refuses it.
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
-    s.trim()
-        .parse::<IpNet>()
-        .map_err(|_| format!("{s:?} is not a CIDR"))
+/// Parses the process's command line (clap prints usage and exits on a syntax error).
+pub fn parse() -> Result<Settings, config_file::Error> {
+    settings(std::env::args_os())
 }
 
-/// Parses a Go duration (`30s`, `1m30s`, `500ms`, `1h`, `0`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_end == 0 {
-            return Err(format!("{s:?} is not a duration (like 30s, 1m30s, 500ms)"));
-        }
-        let value: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("{s:?}: bad number"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("{s:?}: unknown unit {u:?}")),
-        };
-        total += value * scale;
-        rest = &rest[unit_end..];
-    }
-    Ok(Duration::from_secs_f64(total))
+/// Parses `argv` and builds the effective configuration.
+pub fn settings<I, T>(argv: I) -> Result<Settings, config_file::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let command = Args::command();
+    let matches = command.clone().get_matches_from(argv);
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    from_matches(args, &command, &matches)
+}
+
+fn from_matches(
+    args: Args,
+    command: &clap::Command,
+    matches: &clap::ArgMatches,
+) -> Result<Settings, config_file::Error> {
+    let flags = FlagOverrides::from_matches(command, matches);
+    let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
+    let kube_proxy = loaded.config;
+    let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
+    let proxy = kube_proxy.to_proxy_config(&node_name)?;
+    Ok(Settings {
+        args: std::sync::Arc::new(args),
+        kube_proxy,
+        node_name,
+        proxy,
+        warnings: loaded.warnings,
+    })
+}
+
+/// The host name, lower-cased as kube-proxy does.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_lowercase())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::cluster::Family;
 
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("10 parsecs").is_err());
-        assert!(parse_duration("s").is_err());
-    }
-
-    fn args(extra: &[&str]) -> Result<ProxyConfig, String> {
+    fn try_settings(extra: &[&str]) -> Result<Settings, String> {
+        let command = Args::command();
         let mut argv = vec!["kube-proxy-ipvs", "--hostname-override", "Node-A"];
         argv.extend_from_slice(extra);
-        let a = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
-        a.config().map_err(|e| e.to_string())
+        let matches = command
+            .clone()
+            .try_get_matches_from(argv)
+            .map_err(|e| e.to_string())?;
+        let args = Args::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+        from_matches(args, &command, &matches).map_err(|e| e.to_string())
     }
 
     #[test]
     fn kube_proxy_flags_map_to_the_config() {
-        let c = args(&[
+        let s = try_settings(&[
             "--ipvs-scheduler",
             "sh",
             "--masquerade-all",
@@ -303,40 +271,56 @@ mod tests {
             "13",
         ])
         .unwrap();
-        assert_eq!(c.node_name, "node-a");
-        assert_eq!(c.scheduler, "sh");
-        assert!(c.masquerade_all);
-        assert_eq!(c.masquerade_mark(), 0x2000);
-        assert_eq!(c.families, vec![Family::V4, Family::V6]);
+        assert_eq!(s.node_name, "node-a");
+        assert_eq!(s.proxy.scheduler, "sh");
+        assert!(s.proxy.masquerade_all);
+        assert_eq!(s.proxy.masquerade_mark(), 0x2000);
+        assert_eq!(s.proxy.families, vec![Family::V4, Family::V6]);
+        let d = try_settings(&[]).unwrap();
+        assert_eq!(d.proxy.scheduler, "rr");
+        assert_eq!(
+            d.kube_proxy.sync_period(),
+            std::time::Duration::from_secs(30)
+        );
     }
 
     #[test]
     fn bad_flags_are_named() {
+        let err = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err();
+        assert!(err(&["--proxy-mode", "iptables"]).contains("mode"));
+        assert!(err(&["--iptables-masquerade-bit", "32"]).contains("masqueradeBit"));
+        assert!(err(&["--ipvs-exclude-cidrs", "10.0.0.1"]).contains("excludeCIDRs"));
         assert!(
-            args(&["--proxy-mode", "iptables"])
-                .unwrap_err()
-                .contains("--proxy-mode")
+            err(&["--ipvs-min-sync-period", "1m", "--ipvs-sync-period", "30s"])
+                .contains("minSyncPeriod")
         );
-        assert!(args(&["--iptables-masquerade-bit", "32"]).is_err());
+    }
+
+    #[test]
+    fn a_config_file_is_read_and_flags_override_it() {
+        let path = std::env::temp_dir().join(format!("kpi-cli-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\nipvs:\n  scheduler: lc\n  syncPeriod: 45s\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let from_file = try_settings(&["--config", p]).unwrap();
+        assert_eq!(from_file.proxy.scheduler, "lc");
+        assert_eq!(
+            from_file.kube_proxy.sync_period(),
+            std::time::Duration::from_secs(45)
+        );
+        let overridden = try_settings(&["--config", p, "--ipvs-scheduler", "wrr"]).unwrap();
+        assert_eq!(overridden.proxy.scheduler, "wrr");
         assert!(
-            args(&["--ipvs-exclude-cidrs", "10.0.0.1"])
-                .unwrap_err()
-                .contains("not a CIDR")
+            overridden
+                .warnings
+                .iter()
+                .any(|w| w.contains("--ipvs-scheduler")),
+            "{:?}",
+            overridden.warnings
         );
-        assert!(
-            args(&["--detect-local-mode", "BridgeInterface"])
-                .unwrap_err()
-                .contains("--pod-bridge-interface")
-        );
-        assert!(
-            args(&["--nodeport-addresses", "primary,10.0.0.0/8"])
-                .unwrap_err()
-                .contains("primary")
-        );
-        assert!(
-            args(&["--ipvs-min-sync-period", "1m", "--ipvs-sync-period", "30s"])
-                .unwrap_err()
-                .contains("min-sync")
-        );
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -3,29 +3,39 @@
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use clap::Parser;
-use kube_proxy_ipvs_agent::cli::Args;
-use kube_proxy_ipvs_agent::run;
+use kube_proxy_ipvs_agent::{cli, run};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let level = match args.verbosity {
+    let settings = match cli::parse() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kube-proxy-ipvs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let level = match settings.args.verbosity() {
         0..=1 => "info",
         2..=4 => "debug",
         _ => "trace",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var("TERM").is_ok_and(|t| t != "dumb"),
-        )
-        .init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var("TERM").is_ok_and(|t| t != "dumb");
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    if settings.kube_proxy.logging.format == "json" {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -36,7 +46,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run::main(Arc::new(args))) {
+    match runtime.block_on(run::main(settings)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("kube-proxy-ipvs: {e:#}");

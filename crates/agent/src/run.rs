@@ -1,30 +1,47 @@
-//! The agent's modes (`--dry-run`, `--cleanup`, `--once`, the long-running proxy), wiring the
-//! source, the sync loop and the dataplane.
+//! The agent's modes (`--write-config-to`, `--dry-run`, `--cleanup`, `--once`, the long-running
+//! proxy), wiring a source (manifests or the API server), the sync loop, the dataplane, and the
+//! health and metrics servers.
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::Args;
+use crate::cli::Settings;
 use crate::dataplane::kernel::Kernel;
 use crate::dataplane::link::Links;
-use crate::dataplane::{Dataplane, Observation};
+use crate::dataplane::{Dataplane, Observation, sysctl};
+use crate::health::Health;
+use crate::metrics::{Metrics, SyncObservation};
 use crate::model::cluster::Cluster;
 use crate::model::desired::{Host, desired, sysctls};
 use crate::model::iptables::restore_input;
 use crate::model::kernel::KernelState;
 use crate::model::plan::{self, Op};
-use crate::source::manifests;
+use crate::source::{api, manifests};
 use crate::sync::{self, Periods, Syncer};
 
+/// Snapshots of the cluster: `None` until the source has listed everything once.
+type Snapshots = watch::Receiver<Option<Arc<Cluster>>>;
+
 /// Runs the mode the command line asks for.
-pub async fn main(args: Arc<Args>) -> anyhow::Result<ExitCode> {
-    let config = args.config()?;
+pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
+    for w in &settings.warnings {
+        warn!("{w}");
+    }
+    let args = settings.args.clone();
+    let kp = &settings.kube_proxy;
+    let config = settings.proxy.clone();
+    if let Some(path) = &args.write_config_to {
+        kp.write_to(path)?;
+        info!(path = %path.display(), "effective configuration written");
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.cleanup {
         let mut kernel = Kernel::connect(config.families.clone(), Vec::new()).await?;
         let Observation { state, .. } = kernel.observe().await?;
@@ -44,22 +61,51 @@ pub async fn main(args: Arc<Args>) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
-    let Some(path) = args.manifests.clone() else {
-        bail!(
-            "no source: give --manifests PATH (the API-server source arrives with the cluster issue)"
-        );
+
+    // The source: manifests, or the API server.
+    let mut snapshots = match &args.manifests {
+        Some(path) => manifest_source(path.clone(), settings.node_name.clone())?,
+        None => {
+            if args.dry_run || args.once {
+                info!("waiting for the API server's first complete list");
+            }
+            let options = api::ClientOptions {
+                kubeconfig: Some(kp.client_connection.kubeconfig.clone())
+                    .filter(|k| !k.is_empty())
+                    .map(Into::into),
+                master: args.master.clone(),
+                qps: kp.client_connection.qps,
+                burst: u32::try_from(kp.client_connection.burst).unwrap_or(0),
+            };
+            let client = api::client(&options)
+                .await
+                .context("cannot build the API client")?;
+            let (tx, rx) = watch::channel(None);
+            let node = settings.node_name.clone();
+            tokio::spawn(async move {
+                if let Err(e) = api::run(client, node, tx).await {
+                    warn!(error = %e, "the API source stopped");
+                }
+            });
+            rx
+        }
     };
-    let first = load(&path, &config.node_name)?;
+
     if args.dry_run {
+        let first = first_snapshot(&mut snapshots).await?;
         return dry_run(&first, &config).await;
     }
-    let sysctl_keys = sysctls(&config).into_keys().collect();
+
+    let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
     let kernel = Kernel::connect(config.families.clone(), sysctl_keys)
         .await
         .context("cannot reach the kernel's IPVS (is the ip_vs module loaded?)")?;
-    info!(backend = ?kernel.backend(), node = %config.node_name, "kube-proxy-ipvs starting");
+    info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
+    host_setup(&settings, &kernel).await;
     let mut syncer = Syncer::new(kernel, config.clone());
+
     if args.once {
+        let first = first_snapshot(&mut snapshots).await?;
         let report = syncer.sync(&first, true).await?;
         for w in &report.warnings {
             warn!("{w}");
@@ -71,6 +117,7 @@ pub async fn main(args: Arc<Args>) -> anyhow::Result<ExitCode> {
             ops = report.plan.ops.len(),
             messages = report.applied.messages,
             failed = report.applied.failed.len(),
+            took = ?report.duration,
             "synced once"
         );
         return Ok(if report.applied.failed.is_empty() {
@@ -79,12 +126,95 @@ pub async fn main(args: Arc<Args>) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
+
+    // Health and metrics.
+    let metrics = Arc::new(Metrics::new(&config.families));
+    let health = Health::new(&config.families, kp.health_timeout());
+    health.updated();
+    if let Some(addr) = kp.healthz_address() {
+        let (h, m, hard) = (health.clone(), metrics.clone(), kp.bind_address_hard_fail);
+        tokio::spawn(async move {
+            if let Err(e) = crate::health::serve(addr, h, Some(m), hard).await {
+                warn!(error = %e, "healthz server stopped");
+            }
+        });
+    }
+    if let Some(addr) = kp.metrics_address() {
+        let (m, hard) = (metrics.clone(), kp.bind_address_hard_fail);
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(addr, m, hard).await {
+                warn!(error = %e, "metrics server stopped");
+            }
+        });
+    }
+    // Every new snapshot is a queued update for /healthz and the metrics.
+    {
+        let mut changes = snapshots.clone();
+        let (h, m) = (health.clone(), metrics.clone());
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                h.queued_update();
+                m.queued(SystemTime::now());
+            }
+        });
+    }
+
+    let periods = Periods {
+        sync: kp.sync_period(),
+        min_sync: kp.min_sync_period(),
+    };
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        info!("shutting down; the kernel state stays in place");
+    };
+    sync::run(&mut syncer, snapshots, periods, shutdown, |report| {
+        let obs = SyncObservation::from_plan(
+            &report.plan,
+            &report.applied,
+            report.duration,
+            SystemTime::now(),
+        );
+        metrics.observe_sync(&obs, report.full);
+        if obs.succeeded() {
+            health.updated();
+        }
+    })
+    .await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for the source's first complete snapshot.
+async fn first_snapshot(snapshots: &mut Snapshots) -> anyhow::Result<Arc<Cluster>> {
+    let first = snapshots
+        .wait_for(Option::is_some)
+        .await
+        .map_err(|_| anyhow::anyhow!("the source stopped before its first list"))?;
+    match first.clone() {
+        Some(c) => Ok(c),
+        None => bail!("the source gave no snapshot"),
+    }
+}
+
+/// Loads the manifests once and reloads them whenever the path changes.
+fn manifest_source(path: std::path::PathBuf, node: String) -> anyhow::Result<Snapshots> {
+    let first = load(&path, &node)?;
     let (tx, rx) = watch::channel(Some(Arc::new(first)));
-    let node = config.node_name.clone();
     let (changed_tx, mut changes) = tokio::sync::mpsc::channel(1);
     tokio::spawn(manifests::watch(
         path.clone(),
-        std::time::Duration::from_millis(500),
+        Duration::from_millis(500),
         changed_tx,
     ));
     tokio::spawn(async move {
@@ -97,21 +227,7 @@ pub async fn main(args: Arc<Args>) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let periods = Periods {
-        sync: args.ipvs_sync_period,
-        min_sync: args.ipvs_min_sync_period,
-    };
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-        }
-        info!("shutting down; the kernel state stays in place");
-    };
-    sync::run(&mut syncer, rx, periods, shutdown, |_| {}).await;
-    Ok(ExitCode::SUCCESS)
+    Ok(rx)
 }
 
 /// Loads the manifests (rejected objects are logged by the loader).
@@ -119,6 +235,33 @@ fn load(path: &Path, node: &str) -> anyhow::Result<Cluster> {
     let loaded =
         manifests::load(path, node).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(loaded.cluster)
+}
+
+/// What kube-proxy sets up once at start: IPVS timeouts, conntrack sysctls, OOM score.
+async fn host_setup(settings: &Settings, kernel: &Kernel) {
+    let kp = &settings.kube_proxy;
+    let (tcp, tcpfin, udp) = kp.ipvs_timeouts();
+    if !(tcp.is_zero() && tcpfin.is_zero() && udp.is_zero()) {
+        let timeouts = ipvs_netlink::Timeouts {
+            tcp,
+            tcp_fin: tcpfin,
+            udp,
+        };
+        if let Err(e) = kernel.ipvs().timeouts().set(&timeouts).await {
+            warn!(error = %e, "cannot set the IPVS timeouts");
+        }
+    }
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    for (key, value) in kp.conntrack_sysctls(cpus) {
+        if let Err(e) = sysctl::write(&key, &value) {
+            warn!(error = %e, "cannot set a conntrack sysctl");
+        }
+    }
+    if let Err(e) = crate::config_file::write_oom_score_adj(kp.oom_score_adj.unwrap_or(-999)) {
+        warn!(error = %e, "cannot set the OOM score adjustment");
+    }
 }
 
 /// Prints the plan from an empty kernel and the iptables-restore input, touching nothing.

@@ -41,6 +41,8 @@ pub struct Report {
     pub applied: Applied,
     /// Conflicts and warnings of the desired state and the plan.
     pub warnings: Vec<String>,
+    /// How long the sync took, reading the kernel included.
+    pub duration: Duration,
 }
 
 /// Runs syncs against a dataplane.
@@ -70,6 +72,7 @@ impl<D: Dataplane> Syncer<D> {
     /// One sync of `cluster`. With `full`, or when the last apply had failures, the kernel
     /// is read first.
     pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
+        let started = std::time::Instant::now();
         let full = full || self.shadow.is_none();
         if full {
             let Observation { state, host } = self.dataplane.observe().await?;
@@ -103,6 +106,7 @@ impl<D: Dataplane> Syncer<D> {
             plan: p,
             applied,
             warnings,
+            duration: started.elapsed(),
         })
     }
 }
