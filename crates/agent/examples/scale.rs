@@ -1,0 +1,756 @@
+//! The scale benchmark of issue 8: the agent against the kernel's own tools on the state
+//! S(N, E), inside the lab VM (`tests/bench.sh`, which runs
+//! `cargo run -p lab -- run --machine pc -- target/release/examples/scale ...`).
+//!
+//! For each N it generates N Services (10% NodePort, 2% with an external IP, 1% session-affine,
+//! `default/kubernetes` first) with E = 5 ready endpoints each, and measures, every repetition
+//! in a fresh network namespace with `lo` up:
+//!
+//! - **raw**: the stock tools loading the very state the agent's plan holds: `ipset restore`,
+//!   `ip -batch` (the `kube-ipvs0` link and its addresses), `iptables-restore --noflush`,
+//!   `ipvsadm -R`; then their dump (`ipvsadm -Sn`, `ipset save`, `ip addr show`); and, as the
+//!   alternative design, `ip -batch` of `route add local VIP/32 table local` lines;
+//! - **agent** (a child process, for its peak RSS): a cold sync with the library
+//!   (`Syncer::new(Kernel::connect(..)).sync(cluster, true)`), time to first service (a probe
+//!   thread connecting to `10.96.0.1:443` from the node until a real pod behind it answers),
+//!   one-endpoint changes, no-op full resyncs, the dump tools on the agent's state, peak RSS.
+//!
+//! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C]`; the child mode is
+//! `scale agent N CHANGES`. Timings vary under emulation: compare the ratios, not the seconds.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
+use kube_proxy_ipvs_agent::model::cluster::{
+    Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
+    ServiceRef, ServiceType, TrafficPolicy,
+};
+use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
+use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls};
+use kube_proxy_ipvs_agent::model::iptables::restore_input;
+use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind};
+use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
+use kube_proxy_ipvs_agent::sync::Syncer;
+use lab::guest::{Netns, sh};
+use lab::net::{Pod, bridge};
+
+/// Endpoints per Service.
+const E: usize = 5;
+/// The node's own address (on a dummy `eth0`) and the pod bridge's.
+const NODE_IP: &str = "192.168.100.1";
+const GATEWAY: &str = "10.244.0.1";
+/// The `kubernetes` Service, probed for the time to first service.
+const FIRST_VIP: &str = "10.96.0.1:443";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("agent") {
+        let n = args[1].parse().expect("N");
+        let changes = args[2].parse().expect("CHANGES");
+        agent_child(n, changes);
+        return;
+    }
+    let mut sizes = vec![1000, 10000];
+    let mut reps = 1;
+    let mut changes = 200;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => {
+                sizes = vec![300];
+                changes = 20;
+            }
+            "--full" => sizes = vec![1000, 10000, 50000],
+            "--sizes" => {
+                sizes = it
+                    .next()
+                    .expect("--sizes N,N")
+                    .split(',')
+                    .map(|s| s.parse().expect("a size"))
+                    .collect()
+            }
+            "--reps" => reps = it.next().expect("--reps R").parse().expect("R"),
+            "--changes" => changes = it.next().expect("--changes C").parse().expect("C"),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    lab::guest::require_guest();
+    let kernel = lab::guest::kernel_release();
+    eprintln!("bench: kernel {kernel}, sizes {sizes:?}, {reps} repetition(s), {changes} changes");
+    // A throwaway round first: the first use of each tool loads kernel modules (set types,
+    // xtables matches, IPVS schedulers), which must not count against whoever runs first.
+    let warm = raw_inputs(50, &{
+        let want = desired(&cluster(50), &config(), &host());
+        plan(&want.state, &KernelState::default(), &[])
+    });
+    raw_run(&warm.dir);
+    agent_run(50, 2);
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        rows.push(measure(n, reps, changes));
+    }
+    print_table(&kernel, &rows);
+}
+
+// ---- the state ----
+
+fn v4(base: [u8; 4], offset: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::from(base)) + offset))
+}
+
+fn endpoint(address: IpAddr) -> Endpoint {
+    Endpoint {
+        address,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node_name: Some("node-b".into()),
+        zone: None,
+        zone_hints: vec![],
+        node_hints: vec![],
+    }
+}
+
+/// S(N, 5). Service 0 is `default/kubernetes` on 10.96.0.1:443 with the five real pods
+/// 10.244.0.2-6:6443 of the agent child; the others have ClusterIP 10.96.0.1 + i, port 80,
+/// endpoints in 10.128.0.0/9 port 8080; every 10th is a NodePort, every 50th has an external
+/// IP (in 172.16.0.0/12), every 100th is session-affine.
+fn cluster(n: usize) -> Cluster {
+    let mut c = Cluster {
+        node: Some(Node {
+            name: "node-a".into(),
+            addresses: vec![NODE_IP.parse().unwrap()],
+            pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
+            labels: BTreeMap::new(),
+        }),
+        ..Cluster::default()
+    };
+    for i in 0..n {
+        let (id, port, target) = if i == 0 {
+            (ServiceRef::new("default", "kubernetes"), 443, 6443)
+        } else {
+            (
+                ServiceRef::new(format!("ns{}", i / 100), format!("svc{i}")),
+                80,
+                8080,
+            )
+        };
+        let node_port = (i % 10 == 5).then(|| 30000 + (i / 10) as u16);
+        let service = Service {
+            id: id.clone(),
+            kind: if node_port.is_some() {
+                ServiceType::NodePort
+            } else {
+                ServiceType::ClusterIp
+            },
+            cluster_ips: vec![v4([10, 96, 0, 1], i as u32)],
+            ports: vec![ServicePort {
+                name: String::new(),
+                protocol: Protocol::Tcp,
+                port,
+                node_port,
+            }],
+            external_ips: if i % 50 == 7 {
+                vec![v4([172, 16, 0, 0], i as u32)]
+            } else {
+                vec![]
+            },
+            load_balancer_ips: vec![],
+            session_affinity: (i % 100 == 3).then_some(Duration::from_secs(10800)),
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            health_check_node_port: None,
+            load_balancer_source_ranges: vec![],
+            scheduler: None,
+        };
+        let endpoints = (0..E)
+            .map(|j| {
+                endpoint(if i == 0 {
+                    v4([10, 244, 0, 2], j as u32)
+                } else {
+                    v4([10, 128, 0, 0], (i * E + j) as u32)
+                })
+            })
+            .collect();
+        c.slices.insert(
+            (id.namespace.clone(), format!("{}-x", id.name)),
+            EndpointSlice {
+                name: format!("{}-x", id.name),
+                service: id.clone(),
+                family: Family::V4,
+                ports: vec![EndpointPort {
+                    name: String::new(),
+                    protocol: Protocol::Tcp,
+                    port: target,
+                }],
+                endpoints,
+            },
+        );
+        c.services.insert(id, service);
+    }
+    c
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        node_name: "node-a".into(),
+        local_detector: LocalDetector::ClusterCidr(vec!["10.244.0.0/16".parse().unwrap()]),
+        ..ProxyConfig::default()
+    }
+}
+
+/// The host as the agent will observe it in a bench namespace.
+fn host() -> Host {
+    Host {
+        addresses: vec![
+            LocalAddress {
+                interface: "lo".into(),
+                address: "127.0.0.1".parse().unwrap(),
+            },
+            LocalAddress {
+                interface: "eth0".into(),
+                address: NODE_IP.parse().unwrap(),
+            },
+            LocalAddress {
+                interface: "cni0".into(),
+                address: GATEWAY.parse().unwrap(),
+            },
+        ],
+    }
+}
+
+/// The node's interfaces: `eth0` with the node address, the pod bridge `cni0`.
+fn node_interfaces() {
+    sh(&format!(
+        "ip link add eth0 type dummy && ip addr add {NODE_IP}/24 dev eth0 && ip link set eth0 up"
+    ));
+    bridge(GATEWAY);
+}
+
+// ---- the stock tools' inputs, from the agent's own plan from an empty kernel ----
+
+struct RawInputs {
+    dir: PathBuf,
+    services: usize,
+    destinations: usize,
+    addresses: usize,
+    set_entries: usize,
+}
+
+fn raw_inputs(n: usize, p: &Plan) -> RawInputs {
+    let dir = PathBuf::from(format!("/tmp/bench-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut ipvs, mut sets, mut addrs, mut routes, mut rules) = (
+        String::new(),
+        String::new(),
+        format!("link add {LINK_NAME} type dummy\n"),
+        format!("link add {LINK_NAME} type dummy\n"),
+        String::new(),
+    );
+    let mut r = RawInputs {
+        dir: dir.clone(),
+        services: 0,
+        destinations: 0,
+        addresses: 0,
+        set_entries: 0,
+    };
+    let proto = |p: Protocol| match p {
+        Protocol::Tcp => "-t",
+        Protocol::Udp => "-u",
+        Protocol::Sctp => "--sctp-service",
+    };
+    for op in &p.ops {
+        match op {
+            Op::CreateSet { name, kind, .. } => {
+                if *kind == SetKind::BitmapPort {
+                    writeln!(sets, "create {name} bitmap:port range 0-65535").unwrap();
+                } else {
+                    writeln!(
+                        sets,
+                        "create {name} {} family inet hashsize 1024 maxelem 65536",
+                        kind.as_str()
+                    )
+                    .unwrap();
+                }
+            }
+            Op::AddEntries { set, entries } => {
+                for e in entries {
+                    writeln!(sets, "add {set} {e}").unwrap();
+                    r.set_entries += 1;
+                }
+            }
+            Op::AddAddress(ip) => {
+                writeln!(addrs, "addr add {ip}/32 dev {LINK_NAME}").unwrap();
+                writeln!(
+                    routes,
+                    "route add local {ip}/32 dev {LINK_NAME} table local"
+                )
+                .unwrap();
+                r.addresses += 1;
+            }
+            Op::WriteRules {
+                rules: rs,
+                missing_jumps,
+                ..
+            } => rules.push_str(&restore_input(rs, missing_jumps)),
+            Op::AddService { key, service } => {
+                let vip = SocketAddr::new(key.address, key.port);
+                write!(
+                    ipvs,
+                    "-A {} {vip} -s {}",
+                    proto(key.protocol),
+                    service.scheduler
+                )
+                .unwrap();
+                if let Some(t) = service.persistence {
+                    write!(ipvs, " -p {}", t.as_secs()).unwrap();
+                }
+                ipvs.push('\n');
+                r.services += 1;
+            }
+            Op::AddDestination {
+                key,
+                destination,
+                weight,
+            } => {
+                let vip = SocketAddr::new(key.address, key.port);
+                writeln!(
+                    ipvs,
+                    "-a {} {vip} -r {destination} -m -w {weight}",
+                    proto(key.protocol)
+                )
+                .unwrap();
+                r.destinations += 1;
+            }
+            _ => {}
+        }
+    }
+    for (file, text) in [
+        ("ipvs", ipvs),
+        ("sets", sets),
+        ("addrs", addrs),
+        ("routes", routes),
+        ("rules", rules),
+    ] {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    r
+}
+
+/// Runs `script` with its output discarded and returns how long it took; panics on failure.
+fn timed(script: &str) -> f64 {
+    let t = Instant::now();
+    let out = Command::new("/bin/sh")
+        .args(["-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run /bin/sh");
+    let s = t.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s
+}
+
+#[derive(Debug, Default, Clone)]
+struct Raw {
+    ipset: f64,
+    ip: f64,
+    iptables: f64,
+    ipvsadm: f64,
+    dump_ipvsadm: f64,
+    dump_ipset: f64,
+    dump_ip: f64,
+    routes: f64,
+}
+
+impl Raw {
+    fn load(&self) -> f64 {
+        self.ipset + self.ip + self.iptables + self.ipvsadm
+    }
+    fn dump(&self) -> f64 {
+        self.dump_ipvsadm + self.dump_ipset + self.dump_ip
+    }
+}
+
+/// Runs `f` on a new thread in a fresh network namespace, then gives the kernel time to tear
+/// the namespace down before the next measurement.
+fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let out = std::thread::spawn(move || {
+        let _ns = Netns::fresh();
+        f()
+    })
+    .join()
+    .expect("measurement thread");
+    std::thread::sleep(Duration::from_secs(2));
+    out
+}
+
+fn raw_run(dir: &Path) -> Raw {
+    let d = dir.display().to_string();
+    let mut raw = in_fresh_netns(move || {
+        node_interfaces();
+        let mut r = Raw {
+            ipset: timed(&format!("ipset restore < {d}/sets")),
+            ip: timed(&format!("ip -batch {d}/addrs")),
+            ..Raw::default()
+        };
+        r.iptables = timed(&format!("iptables-restore --noflush --wait < {d}/rules"));
+        r.ipvsadm = timed(&format!("ipvsadm -R < {d}/ipvs"));
+        r.dump_ipvsadm = timed("ipvsadm -Sn");
+        r.dump_ipset = timed("ipset save");
+        r.dump_ip = timed(&format!("ip addr show dev {LINK_NAME}"));
+        // Empty the namespace synchronously, so its teardown does not run under the next
+        // measurement.
+        timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
+        r
+    });
+    let d = dir.display().to_string();
+    raw.routes = in_fresh_netns(move || {
+        let t = timed(&format!("ip -batch {d}/routes"));
+        timed(&format!("ip link del {LINK_NAME}"));
+        t
+    });
+    raw
+}
+
+// ---- the agent, in a child process ----
+
+/// Reads `VmHWM` (peak RSS) of this process, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn p99(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() * 99).div_ceil(100)).saturating_sub(1)]
+}
+
+/// Tries `FIRST_VIP` from the node until a pod answers; returns the first answer's time.
+fn probe(stop: Arc<AtomicBool>, t0: Instant) -> Option<f64> {
+    let vip: SocketAddr = FIRST_VIP.parse().unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(mut s) = TcpStream::connect_timeout(&vip, Duration::from_millis(50)) {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut line = String::new();
+            if BufReader::new(&mut s).read_line(&mut line).is_ok() && line.starts_with("api") {
+                return Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
+fn agent_child(n: usize, changes: usize) {
+    let _ns = Netns::fresh();
+    node_interfaces();
+    let _pods: Vec<Pod> = (0..E)
+        .map(|j| {
+            Pod::start(
+                &format!("api{j}"),
+                &format!("10.244.0.{}", j + 2),
+                GATEWAY,
+                &[6443],
+            )
+        })
+        .collect();
+    let mut cluster = cluster(n);
+    let config = config();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut out = String::from("RESULT");
+    let mut put = |k: &str, v: String| write!(out, " {k}={v}").unwrap();
+    let rss_before = peak_rss();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let prober = {
+        let stop = stop.clone();
+        std::thread::spawn(move || probe(stop, t0))
+    };
+    let mut syncer = rt.block_on(async {
+        let kernel = Kernel::connect(
+            config.families.clone(),
+            sysctls(&config).into_keys().collect(),
+        )
+        .await
+        .expect("connect to the kernel");
+        Syncer::new(kernel, config.clone())
+    });
+    let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold sync");
+    let cold = t0.elapsed().as_secs_f64();
+    assert!(
+        report.applied.failed.is_empty(),
+        "cold sync failures: {:?}",
+        &report.applied.failed[..report.applied.failed.len().min(5)]
+    );
+    // The first service answers at the latest a moment after the sync.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !prober.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let first = prober.join().unwrap();
+    put("cold", format!("{cold:.4}"));
+    put("first", first.map_or("none".into(), |f| format!("{f:.4}")));
+    put("cold_ops", report.plan.ops.len().to_string());
+    put("cold_msgs", report.applied.messages.to_string());
+    put("rss_cold", peak_rss().to_string());
+    put("rss_base", rss_before.to_string());
+
+    // One endpoint change at a time, with the full state programmed.
+    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let (mut times, mut msgs, mut pure) = (Vec::new(), Vec::new(), Vec::new());
+    let host = host();
+    for c in 0..changes {
+        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+        // Every 10th change, the pure stages alone (desired, then the plan against the
+        // state before the change) are timed as well.
+        let prev = (c % 10 == 0).then(|| desired(&cluster, &config, &host));
+        let slice = cluster.slices.get_mut(k).unwrap();
+        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        if let Some(prev) = prev {
+            let t = Instant::now();
+            let want = desired(&cluster, &config, &host);
+            let _ = plan(&want.state, &prev.state, &[]);
+            pure.push(t.elapsed().as_secs_f64());
+        }
+        let t = Instant::now();
+        let r = rt.block_on(syncer.sync(&cluster, false)).expect("change");
+        times.push(t.elapsed().as_secs_f64());
+        assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
+        msgs.push(r.applied.messages as f64);
+    }
+    put("chg_med", format!("{:.5}", median(&mut times)));
+    put("chg_p99", format!("{:.5}", p99(&mut times)));
+    put("chg_msgs", format!("{}", median(&mut msgs)));
+    put("chg_pure_med", format!("{:.5}", median(&mut pure)));
+
+    // No-op full resyncs (the kernel read back, nothing to change).
+    let mut noop = Vec::new();
+    let mut noop_ops = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+        noop.push(t.elapsed().as_secs_f64());
+        if !r.plan.is_empty() {
+            eprintln!(
+                "bench: a no-op resync planned {:?}",
+                &r.plan.ops[..r.plan.ops.len().min(3)]
+            );
+        }
+        noop_ops = noop_ops.max(r.plan.ops.len());
+    }
+    put("noop_ops", noop_ops.to_string());
+    put("noop", format!("{:.4}", median(&mut noop)));
+    put("dump_ipvsadm", format!("{:.4}", timed("ipvsadm -Sn")));
+    put("dump_ipset", format!("{:.4}", timed("ipset save")));
+    put(
+        "dump_ip",
+        format!("{:.4}", timed(&format!("ip addr show dev {LINK_NAME}"))),
+    );
+    put("rss_peak", peak_rss().to_string());
+    drop(syncer);
+    drop(rt);
+    timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
+    println!("{out}");
+}
+
+#[derive(Debug, Default, Clone)]
+struct Agent(BTreeMap<String, String>);
+
+impl Agent {
+    fn f(&self, k: &str) -> f64 {
+        self.0
+            .get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+fn agent_run(n: usize, changes: usize) -> Agent {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args(["agent", &n.to_string(), &changes.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the agent child");
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "agent child failed: {status}\n{text}");
+    std::thread::sleep(Duration::from_secs(2));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("RESULT"))
+        .expect("a RESULT line");
+    Agent(
+        line.split_whitespace()
+            .skip(1)
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+// ---- one size ----
+
+struct Row {
+    n: usize,
+    inputs: RawInputs,
+    desired_s: f64,
+    plan_s: f64,
+    raw: Raw,
+    agent: Agent,
+}
+
+fn measure(n: usize, reps: usize, changes: usize) -> Row {
+    let c = cluster(n);
+    let cfg = config();
+    let t = Instant::now();
+    let want = desired(&c, &cfg, &host());
+    let desired_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let p = plan(&want.state, &KernelState::default(), &[]);
+    let plan_s = t.elapsed().as_secs_f64();
+    for w in want.conflicts.iter().chain(&p.warnings) {
+        eprintln!("bench: warning: {w}");
+    }
+    let inputs = raw_inputs(n, &p);
+    drop((c, want, p));
+    eprintln!(
+        "bench: N={n}: {} virtual servers, {} destinations, {} addresses, {} set entries",
+        inputs.services, inputs.destinations, inputs.addresses, inputs.set_entries
+    );
+    let mut raws = Vec::new();
+    let mut agents = Vec::new();
+    for rep in 0..reps {
+        let r = raw_run(&inputs.dir);
+        eprintln!("bench: N={n} rep {rep}: raw {r:?}");
+        raws.push(r);
+        let a = agent_run(n, changes);
+        eprintln!("bench: N={n} rep {rep}: agent {:?}", a.0);
+        agents.push(a);
+    }
+    // The repetition with the median cold sync stands for the size.
+    let mut order: Vec<usize> = (0..reps).collect();
+    order.sort_by(|&a, &b| agents[a].f("cold").total_cmp(&agents[b].f("cold")));
+    let mid = order[reps / 2];
+    let mut raw_order: Vec<usize> = (0..reps).collect();
+    raw_order.sort_by(|&a, &b| raws[a].load().total_cmp(&raws[b].load()));
+    Row {
+        n,
+        inputs,
+        desired_s,
+        plan_s,
+        raw: raws[raw_order[reps / 2]].clone(),
+        agent: agents[mid].clone(),
+    }
+}
+
+fn print_table(kernel: &str, rows: &[Row]) {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\nkernel {kernel}; times in seconds (median repetition)\n"
+    );
+    let _ = writeln!(
+        t,
+        "| N | VS / dests / addrs / set entries | T_raw (ipset + ip + iptables + ipvsadm) | T_agent cold | ratio | desired + plan (pure) | first service | share | change med / p99 (ms) | of which pure (ms) | no-op resync | T_dump (ipvsadm -Sn + ipset save + ip addr) | ratio | peak RSS (MiB) | bytes/Service | msgs cold / change | ip -batch addr vs route local |"
+    );
+    let _ = writeln!(t, "|{}", "---|".repeat(17));
+    for r in rows {
+        let a = &r.agent;
+        let rss = a.f("rss_cold");
+        let first = a.f("first");
+        let _ = writeln!(
+            t,
+            "| {} | {} / {} / {} / {} | {:.2} ({:.2} + {:.2} + {:.2} + {:.2}) | {:.2} | {:.2} | {:.2} + {:.2} | {:.2} | {:.0}% | {:.2} / {:.2} | {:.2} | {:.2} | {:.2} ({:.2} + {:.2} + {:.2}) | {:.2} | {:.1} | {:.0} | {} / {} | {:.2} vs {:.2} |",
+            r.n,
+            r.inputs.services,
+            r.inputs.destinations,
+            r.inputs.addresses,
+            r.inputs.set_entries,
+            r.raw.load(),
+            r.raw.ipset,
+            r.raw.ip,
+            r.raw.iptables,
+            r.raw.ipvsadm,
+            a.f("cold"),
+            a.f("cold") / r.raw.load(),
+            r.desired_s,
+            r.plan_s,
+            first,
+            100.0 * first / a.f("cold"),
+            1e3 * a.f("chg_med"),
+            1e3 * a.f("chg_p99"),
+            1e3 * a.f("chg_pure_med"),
+            a.f("noop"),
+            a.f("dump_ipvsadm") + a.f("dump_ipset") + a.f("dump_ip"),
+            a.f("dump_ipvsadm"),
+            a.f("dump_ipset"),
+            a.f("dump_ip"),
+            a.f("noop") / (a.f("dump_ipvsadm") + a.f("dump_ipset") + a.f("dump_ip")),
+            rss / 1048576.0,
+            rss / r.n as f64,
+            a.0.get("cold_msgs").map_or("?", String::as_str),
+            a.0.get("chg_msgs").map_or("?", String::as_str),
+            r.raw.ip,
+            r.raw.routes,
+        );
+    }
+    if let (Some(lo), Some(hi)) = (rows.first(), rows.last())
+        && rows.len() > 1
+    {
+        let _ = writeln!(
+            t,
+            "\nchange p99 at N={} / N={}: {:.2}; marginal RSS ({} -> {}): {:.0} bytes/Service; raw dump at N={} in the raw namespace: {:.2} s",
+            hi.n,
+            lo.n,
+            hi.agent.f("chg_p99") / lo.agent.f("chg_p99"),
+            lo.n,
+            hi.n,
+            (hi.agent.f("rss_cold") - lo.agent.f("rss_cold")) / (hi.n - lo.n) as f64,
+            hi.n,
+            hi.raw.dump(),
+        );
+    }
+    print!("{t}");
+    let _ = std::io::stdout().flush();
+}
