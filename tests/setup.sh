@@ -6,7 +6,7 @@ packages=(
     # the lab VM and the image build
     qemu-system-x86 busybox-static cpio zstd kmod binutils
     # the real tools, in the image and as cross-checks
-    ipvsadm ipset iptables nftables conntrack iproute2 dash bash coreutils util-linux
+    ipvsadm ipset iptables nftables conntrack iproute2 dash bash coreutils util-linux ca-certificates
     # crates/ipset: libipset and bindgen's libclang
     libipset-dev pkg-config libclang-dev clang
 )

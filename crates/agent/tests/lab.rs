@@ -4,6 +4,9 @@
 //! the real agent binary; results are checked with real traffic and with the real `ipvsadm`,
 //! `ipset` and `iptables-save`.
 
+#[allow(dead_code)]
+mod fake_apiserver;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -560,4 +563,216 @@ fn external_and_load_balancer_ips_carry_traffic() {
             "{vip}"
         );
     }
+}
+
+/// Runs the fake API server on its own thread (in the test's namespace) until dropped.
+struct ApiServer {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ApiServer {
+    fn start(objects: Vec<serde_json::Value>) -> ApiServer {
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let server = fake_apiserver::FakeApiServer::start().await;
+                for o in objects {
+                    server.apply(o);
+                }
+                url_tx.send(server.url()).unwrap();
+                let _ = stopped.await;
+            });
+        });
+        let url = url_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("fake API server started");
+        ApiServer {
+            url,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kernel state that matters, in a comparable form: virtual servers, set contents and
+/// headers (without the random hash seed), our rules.
+fn kernel_state() -> String {
+    let mut ipvs: Vec<String> = sh("ipvsadm -Sn").lines().map(str::to_string).collect();
+    ipvs.sort();
+    let mut sets: Vec<String> = sh("ipset save")
+        .lines()
+        .map(|l| l.split(" initval ").next().unwrap_or(l).to_string())
+        .collect();
+    sets.sort();
+    let rules: Vec<String> = sh("iptables-save")
+        .lines()
+        .filter(|l| l.contains("KUBE-"))
+        .map(str::to_string)
+        .collect();
+    format!(
+        "{}\n--\n{}\n--\n{}\n--\n{}",
+        ipvs.join("\n"),
+        sets.join("\n"),
+        rules.join("\n"),
+        sh("ip -br addr show kube-ipvs0")
+    )
+}
+
+#[test]
+fn the_api_server_source_programs_what_the_manifests_program() {
+    use fake_apiserver::objects::{node as node_object, service as service_object, slice};
+    let node = Node::new("api", 2);
+    let objects = vec![
+        service_object("web", "10.96.0.10", &[8080]),
+        slice(
+            "web",
+            "a",
+            8080,
+            &[("10.244.0.2", "node-a"), ("10.244.0.3", "node-b")],
+        ),
+        service_object("other", "10.96.0.11", &[8080]),
+        slice("other", "a", 8080, &[("10.244.0.3", "node-a")]),
+        node_object("node-a", NODE_IP, "10.244.0.0/24"),
+    ];
+    for (i, o) in objects.iter().enumerate() {
+        let mut o = o.clone();
+        o["apiVersion"] = if o["kind"] == "EndpointSlice" {
+            "discovery.k8s.io/v1"
+        } else {
+            "v1"
+        }
+        .into();
+        node.write(&format!("o{i}.json"), &o.to_string());
+    }
+    node.once(&[]);
+    let from_manifests = kernel_state();
+    let cleanup = Command::new(AGENT)
+        .args(["--hostname-override", "node-a", "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success());
+    assert_eq!(sh("ipvsadm -Sn"), "");
+
+    let server = ApiServer::start(objects);
+    let out = Command::new(AGENT)
+        .args([
+            "--master",
+            &server.url,
+            "--hostname-override",
+            "node-a",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--once",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_api = kernel_state();
+    assert_eq!(from_api, from_manifests);
+    assert!(
+        from_api.contains("-a -t 10.96.0.11:8080 -r 10.244.0.3:8080 -m -w 1"),
+        "{from_api}"
+    );
+    assert_eq!(
+        node.ask_from_outside("10.96.0.11:8080"),
+        Ok(node.pods[1].name.clone())
+    );
+}
+
+/// GETs `path` from `addr` and returns the status code and body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[test]
+fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
+    let node = Node::new("health", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let mut agent = node.spawn(&[
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+    ]);
+    let start = Instant::now();
+    let (code, body) = loop {
+        let (ok, _) = try_sh("ipvsadm -Sn | grep -q 10.96.0.10");
+        if ok {
+            let got = std::panic::catch_unwind(|| http_get("127.0.0.1:10256", "/healthz"));
+            if let Ok(got) = got {
+                break got;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agent did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, 200, "{body}");
+    for key in ["\"lastUpdated\"", "\"currentTime\"", "\"nodeEligible\""] {
+        assert!(body.contains(key), "/healthz body lacks {key}: {body}");
+    }
+    let (code, body) = http_get("127.0.0.1:10256", "/livez");
+    assert_eq!(code, 200, "{body}");
+    let (code, metrics) = http_get("127.0.0.1:10249", "/metrics");
+    assert_eq!(code, 200);
+    for name in [
+        "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}:\n{metrics}");
+    }
+    assert_eq!(
+        http_get("127.0.0.1:10249", "/proxyMode"),
+        (200, "ipvs".into())
+    );
+    let _ = agent.kill();
+    let _ = agent.wait();
 }

@@ -113,6 +113,11 @@ for f in /etc/protocols /etc/services /etc/ethertypes /etc/nsswitch.conf; do
     [ -e "$f" ] && cp "$f" "$root$f"
 done
 [ -d /etc/iproute2 ] && cp -r /etc/iproute2 "$root/etc/"
+# TLS clients (the kube client) load the system's CA bundle even for plain-HTTP servers.
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    mkdir -p "$root/etc/ssl/certs"
+    cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+fi
 [ -d /usr/share/iproute2 ] && mkdir -p "$root/usr/share" && cp -r /usr/share/iproute2 "$root/usr/share/"
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"

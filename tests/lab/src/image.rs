@@ -30,6 +30,7 @@ const TOOL_PACKAGES: &[&str] = &[
     "coreutils",
     "util-linux",
     "libc6",
+    "ca-certificates",
 ];
 
 /// The image's source files, embedded so that the key changes whenever they do.
