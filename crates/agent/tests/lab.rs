@@ -4,7 +4,6 @@
 //! the real agent binary; results are checked with real traffic and with the real `ipvsadm`,
 //! `ipset` and `iptables-save`.
 
-#[allow(dead_code)]
 mod fake_apiserver;
 
 use std::net::SocketAddr;
