@@ -74,7 +74,9 @@ archive=/src/vagrant/.build/kube-proxy-ipvs.tar
 if [ ! -f "$archive" ]; then
     # No archive from the host: build the image here from the staged binary.
     archive=/var/tmp/kube-proxy-ipvs.tar
-    /src/deploy/build-image.sh --binary /src/vagrant/.build/kube-proxy-ipvs --tag "$image" --save "$archive"
+    # (--network=host: the build's apt-get uses the VM's network, no CNI set-up for buildah.)
+    /src/deploy/build-image.sh --binary /src/vagrant/.build/kube-proxy-ipvs --tag "$image" --save "$archive" \
+        -- --network=host
 fi
 ctr --namespace k8s.io images import "$archive" >/dev/null
 ctr --namespace k8s.io images ls -q | grep -qx "$image"
