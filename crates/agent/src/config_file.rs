@@ -1158,6 +1158,10 @@ impl KubeProxyConfiguration {
             random_fully: true,
             strict_arp: self.ipvs.strict_arp,
             families,
+            // Not configurable yet: the defaults.
+            graceful_termination_timeout:
+                crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
+            prefer_same_node: true,
         })
     }
 }

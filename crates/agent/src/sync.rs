@@ -6,6 +6,11 @@
 //! endpoint change costs only the operations it needs. Syncs are at least
 //! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
+//!
+//! Removed TCP real servers drain (see [`crate::model::drain`]): the connection counts that
+//! decide when one may go are read by full syncs only, so while a real server drains whose
+//! counts were never read, or whose bound is near, the loop makes the next full sync come
+//! sooner than the period.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +24,8 @@ use crate::dataplane::{Applied, Dataplane, Error, Observation};
 use crate::model::cluster::Cluster;
 use crate::model::config::ProxyConfig;
 use crate::model::desired::desired;
-use crate::model::plan::{Plan, plan};
+use crate::model::drain::Draining;
+use crate::model::plan::{Plan, plan_draining};
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +49,12 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// How long the sync took, reading the kernel included.
     pub duration: Duration,
+    /// Real servers left at weight 0, waiting for their connections to end (the
+    /// `kube_proxy_ipvs_destinations_draining` gauge).
+    pub draining: usize,
+    /// When draining needs the next full sync sooner than the sync period: it is due at the
+    /// latest this long after the sync.
+    pub recheck_in: Option<Duration>,
 }
 
 /// Runs syncs against a dataplane.
@@ -52,6 +64,10 @@ pub struct Syncer<D> {
     /// What the agent believes the kernel holds: the last observation with every applied
     /// plan replayed on it.
     shadow: Option<Memory>,
+    /// The real servers that drain, and since when.
+    draining: Draining,
+    /// When the kernel was last read.
+    last_read: Option<std::time::Instant>,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -61,7 +77,14 @@ impl<D: Dataplane> Syncer<D> {
             dataplane,
             config,
             shadow: None,
+            draining: Draining::default(),
+            last_read: None,
         }
+    }
+
+    /// The real servers that drain, and since when.
+    pub fn draining(&self) -> &Draining {
+        &self.draining
     }
 
     /// The dataplane (for tests and cleanup).
@@ -73,6 +96,8 @@ impl<D: Dataplane> Syncer<D> {
     /// is read first.
     pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
         let started = std::time::Instant::now();
+        // The loop's clock, which tests can pause.
+        let now = Instant::now().into_std();
         let full = full || self.shadow.is_none();
         if full {
             let Observation { state, host } = self.dataplane.observe().await?;
@@ -81,10 +106,18 @@ impl<D: Dataplane> Syncer<D> {
                 host,
                 ..Memory::default()
             });
+            self.last_read = Some(now);
         }
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
-        let p = plan(&want.state, &shadow.state, &self.config.exclude_cidrs);
+        let timeout = self.config.graceful_termination_timeout;
+        self.draining.track(&want.state, &shadow.state, now);
+        let p = plan_draining(
+            &want.state,
+            &shadow.state,
+            &self.config.exclude_cidrs,
+            &self.draining.expired(now, timeout),
+        );
         let mut warnings = want.conflicts;
         warnings.extend(p.warnings.iter().cloned());
         let applied = if p.is_empty() {
@@ -101,13 +134,40 @@ impl<D: Dataplane> Syncer<D> {
             // Something failed: the kernel is not what we think; read it again next time.
             self.shadow = None;
         }
+        if let Some(shadow) = &mut self.shadow {
+            // Connection counts change without the agent: they are only good for this sync.
+            for vs in shadow.state.services.values_mut() {
+                vs.connections.clear();
+            }
+            self.draining.track(&want.state, &shadow.state, now);
+        }
         Ok(Report {
             full,
             plan: p,
             applied,
             warnings,
             duration: started.elapsed(),
+            draining: self.draining.len(),
+            recheck_in: self.recheck_in(now),
         })
+    }
+
+    /// How soon draining needs a full sync: at once when a real server started draining since
+    /// the kernel was last read (its counts are unknown, and most are already idle), else when
+    /// the first bound runs out (no read needed then, but a sync is).
+    fn recheck_in(&self, now: std::time::Instant) -> Option<Duration> {
+        let unread = self
+            .last_read
+            .is_none_or(|read| self.draining.started_after(read));
+        let deadline = self
+            .draining
+            .next_deadline(self.config.graceful_termination_timeout)
+            .map(|d| d.saturating_duration_since(now));
+        if unread && !self.draining.is_empty() {
+            Some(Duration::ZERO)
+        } else {
+            deadline
+        }
     }
 }
 
@@ -179,6 +239,9 @@ pub async fn run<D: Dataplane>(
                     next_full = Instant::now() + periods.min_sync.max(Duration::from_secs(1));
                 } else if full {
                     next_full = Instant::now() + periods.sync;
+                }
+                if let Some(recheck) = report.recheck_in {
+                    next_full = next_full.min(Instant::now() + recheck);
                 }
                 on_report(&report);
             }

@@ -18,7 +18,9 @@ use super::{Applied, Dataplane, Error, Observation, sysctl};
 use crate::model::cluster::{Family, Protocol};
 use crate::model::desired::Host;
 use crate::model::iptables::{removal_input, restore_input};
-use crate::model::kernel::{KernelState, LINK_NAME, Set, SetEntry, SetKind, VirtualServer, VsKey};
+use crate::model::kernel::{
+    Connections, KernelState, LINK_NAME, Set, SetEntry, SetKind, VirtualServer, VsKey,
+};
 use crate::model::plan::{Op, Plan};
 use crate::model::sets::{self, set_name};
 
@@ -502,6 +504,16 @@ fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
         destinations: dests
             .iter()
             .map(|d| (std::net::SocketAddr::new(d.address, d.port), d.weight))
+            .collect(),
+        connections: dests
+            .iter()
+            .map(|d| {
+                let c = Connections {
+                    active: d.active_connections,
+                    inactive: d.inactive_connections,
+                };
+                (std::net::SocketAddr::new(d.address, d.port), c)
+            })
             .collect(),
     }
 }

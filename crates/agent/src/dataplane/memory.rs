@@ -77,8 +77,10 @@ impl Memory {
                     .get_mut(key)
                     .ok_or_else(|| format!("no service {key}"))?;
                 let destinations = std::mem::take(&mut vs.destinations);
+                let connections = std::mem::take(&mut vs.connections);
                 *vs = VirtualServer {
                     destinations,
+                    connections,
                     ..service.clone()
                 };
             }
@@ -106,6 +108,7 @@ impl Memory {
                 vs.destinations
                     .remove(destination)
                     .ok_or_else(|| format!("no destination {destination}"))?;
+                vs.connections.remove(destination);
             }
             Op::DelService(key) => {
                 s.services

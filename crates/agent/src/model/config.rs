@@ -49,7 +49,23 @@ pub struct ProxyConfig {
     pub strict_arp: bool,
     /// The IP families the agent serves (IPv4, IPv6 or both).
     pub families: Vec<Family>,
+    /// `--ipvs-graceful-termination-timeout`: the longest a removed TCP real server drains at
+    /// weight 0 before it is deleted with whatever connections it still has; zero deletes
+    /// removed real servers at once. kube-proxy has no bound (a connection that never ends,
+    /// or one that IPVS keeps reusing, kube-proxy #81775, keeps a dead pod's real server
+    /// forever). See [`DEFAULT_GRACEFUL_TERMINATION_TIMEOUT`].
+    pub graceful_termination_timeout: Duration,
+    /// The `PreferSameTrafficDistribution` feature gate: honour node hints
+    /// (`trafficDistribution: PreferSameNode`). On by default, as in Kubernetes 1.34.
+    pub prefer_same_node: bool,
 }
+
+/// The default of `--ipvs-graceful-termination-timeout`: 15 minutes, the kernel's default IPVS
+/// timeout of an established TCP connection (`ipvsadm --set 900 ...`). By then IPVS has
+/// forgotten every idle connection by itself, so the bound only ends connections still
+/// sending 15 minutes after their endpoint left, which outlasts the grace period of nearly
+/// every pod (30 s by default) and cuts the endless drains of kube-proxy #81775.
+pub const DEFAULT_GRACEFUL_TERMINATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 impl Default for ProxyConfig {
     fn default() -> Self {
@@ -65,6 +81,8 @@ impl Default for ProxyConfig {
             random_fully: true,
             strict_arp: false,
             families: vec![Family::V4],
+            graceful_termination_timeout: DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
+            prefer_same_node: true,
         }
     }
 }

@@ -8,7 +8,10 @@ use super::cluster::{Cluster, Family, Protocol, Service, ServiceType, TrafficPol
 use super::config::{LocalDetector, ProxyConfig};
 use super::endpoints::{choose, port_endpoints};
 use super::iptables::{self, OutFilter};
-use super::kernel::{KernelState, LINK_NAME, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey};
+use super::kernel::{
+    KernelState, LINK_NAME, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer,
+    VsKey,
+};
 use super::sets::{self, SetDef, set_name};
 use ipnet::IpNet;
 
@@ -210,16 +213,20 @@ impl Builder<'_> {
             .scheduler
             .clone()
             .unwrap_or_else(|| self.config.scheduler.clone());
-        let sched_flags = if scheduler == "mh" {
-            SCHED_FLAG_PORT
-        } else {
-            0
+        // `mh` hashes the port too (kube-proxy B24). `sh` and `mh` skip weight-0 (draining)
+        // real servers only with the fallback flag; without it a client hashed to one gets no
+        // real server at all (kube-proxy B23).
+        let sched_flags = match scheduler.as_str() {
+            "mh" => SCHED_FLAG_PORT | SCHED_FLAG_FALLBACK,
+            "sh" => SCHED_FLAG_FALLBACK,
+            _ => 0,
         };
         let vs = VirtualServer {
             scheduler,
             sched_flags,
             persistence: service.session_affinity,
             destinations: destinations.iter().map(|d| (*d, 1)).collect(),
+            connections: BTreeMap::new(),
         };
         self.d.owners.insert(key, service.id.clone());
         self.d.state.services.insert(key, vs);

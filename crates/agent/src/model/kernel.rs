@@ -15,7 +15,9 @@ pub const LINK_NAME: &str = "kube-ipvs0";
 
 /// IPVS scheduler flag `IP_VS_SVC_F_SCHED2`: `sh-port` / `mh-port`.
 pub const SCHED_FLAG_PORT: u32 = 0x10;
-/// IPVS scheduler flag `IP_VS_SVC_F_SCHED1`: `sh-fallback` / `mh-fallback`.
+/// IPVS scheduler flag `IP_VS_SVC_F_SCHED1`: `sh-fallback` / `mh-fallback`. Without it, `sh`
+/// and `mh` send a client whose hash lands on a weight-0 (draining) real server nowhere ("no
+/// destination available"); with it they pick the next available one (kube-proxy B23).
 pub const SCHED_FLAG_FALLBACK: u32 = 0x08;
 
 /// What identifies an IPVS virtual server made for a Service.
@@ -40,8 +42,25 @@ impl fmt::Display for VsKey {
     }
 }
 
+/// The connections IPVS tracks for one real server (`ipvsadm -Ln`'s `ActiveConn` and
+/// `InActConn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Connections {
+    /// Established connections.
+    pub active: u32,
+    /// Connections in any other state (SYN_RECV, FIN_WAIT, TIME_WAIT...).
+    pub inactive: u32,
+}
+
+impl Connections {
+    /// True when IPVS tracks no connection at all: the real server can go without breaking one.
+    pub fn is_idle(&self) -> bool {
+        self.active == 0 && self.inactive == 0
+    }
+}
+
 /// An IPVS virtual server and its real servers (always masquerade).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VirtualServer {
     /// The scheduler's kernel name.
     pub scheduler: String,
@@ -51,6 +70,11 @@ pub struct VirtualServer {
     pub persistence: Option<Duration>,
     /// Real servers and their weights.
     pub destinations: BTreeMap<SocketAddr, u32>,
+    /// Connection counts of the real servers, as read from the kernel. Only an observation has
+    /// them, and only the sync that made it: the desired state leaves this empty, and the sync
+    /// loop forgets the counts after using them, because they change without the agent. A real
+    /// server missing here has unknown counts.
+    pub connections: BTreeMap<SocketAddr, Connections>,
 }
 
 impl VirtualServer {

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod config;
 pub mod desired;
+pub mod drain;
 pub mod endpoints;
 pub mod iptables;
 pub mod kernel;

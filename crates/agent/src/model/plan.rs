@@ -12,7 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
-use super::cluster::Family;
+use super::cluster::{Family, Protocol};
+use super::drain::DestinationKey;
 use super::iptables::canonical;
 use super::kernel::{KernelState, Rules, SetEntry, SetKind, VirtualServer, VsKey};
 use super::sets::{self, set_name};
@@ -206,8 +207,28 @@ pub fn owns(observed: &KernelState, key: &VsKey) -> bool {
 }
 
 /// Plans the changes that turn `observed` into `desired`. Virtual servers inside
-/// `exclude_cidrs` are never deleted.
+/// `exclude_cidrs` are never deleted. Removed real servers drain as [`plan_draining`] says,
+/// none of them past its bound.
 pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNet]) -> Plan {
+    plan_draining(desired, observed, exclude_cidrs, &BTreeSet::new())
+}
+
+/// Plans the changes that turn `observed` into `desired`, draining removed real servers
+/// (graceful termination, see [`super::drain`]).
+///
+/// A real server that a wanted virtual server holds but should not is deleted at once when its
+/// protocol is UDP or SCTP, when the observation says IPVS tracks no connection to it, or when
+/// it is in `expired` (it drained for the whole bound). Otherwise its weight goes to 0 and it
+/// stays until one of those holds. A virtual server that is not wanted at all is deleted at
+/// once, with its real servers. A wanted real server found at weight 0 (its endpoint came
+/// back, or a restart found it draining) gets its weight back: kube-proxy deletes and re-adds
+/// it, which breaks the connections that were draining to it.
+pub fn plan_draining(
+    desired: &KernelState,
+    observed: &KernelState,
+    exclude_cidrs: &[IpNet],
+    expired: &BTreeSet<DestinationKey>,
+) -> Plan {
     let mut p = Plan::default();
     let mut late: Vec<Op> = Vec::new();
 
@@ -323,11 +344,23 @@ pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNe
                         Some(_) => {}
                     }
                 }
-                for d in have.destinations.keys() {
-                    if !want.destinations.contains_key(d) {
+                for (d, weight) in &have.destinations {
+                    if want.destinations.contains_key(d) {
+                        continue;
+                    }
+                    let gone_at_once = key.protocol != Protocol::Tcp
+                        || expired.contains(&(*key, *d))
+                        || have.connections.get(d).is_some_and(|c| c.is_idle());
+                    if gone_at_once {
                         dest_dels.push(Op::DelDestination {
                             key: *key,
                             destination: *d,
+                        });
+                    } else if *weight != 0 {
+                        p.ops.push(Op::UpdateDestination {
+                            key: *key,
+                            destination: *d,
+                            weight: 0,
                         });
                     }
                 }

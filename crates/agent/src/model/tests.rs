@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::cluster::{Family, Protocol, ServiceType};
 use super::desired::desired;
 use super::fixtures::*;
-use super::kernel::{KernelState, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey};
+use super::kernel::{
+    KernelState, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey,
+};
 use super::plan::{Op, plan};
 use super::sets;
 
@@ -184,7 +186,7 @@ fn external_and_load_balancer_ips_are_bound_unless_already_local() {
 }
 
 #[test]
-fn session_affinity_sets_persistence_and_mh_sets_the_port_flag() {
+fn session_affinity_sets_persistence_and_mh_sets_the_port_and_fallback_flags() {
     let c = cluster(
         vec![svc("sticky").cluster_ip("10.96.0.15").tcp(80).affinity(600)],
         vec![],
@@ -196,7 +198,8 @@ fn session_affinity_sets_persistence_and_mh_sets_the_port_flag() {
     let d = desired(&c, &cfg, &host()).state;
     let vs = &d.services[&key("10.96.0.15", Protocol::Tcp, 80)];
     assert_eq!(vs.persistence, Some(Duration::from_secs(600)));
-    assert_eq!(vs.sched_flags, SCHED_FLAG_PORT);
+    // mh-port, and mh-fallback so that draining (weight-0) real servers are skipped (B23).
+    assert_eq!(vs.sched_flags, SCHED_FLAG_PORT | SCHED_FLAG_FALLBACK);
     assert_eq!(vs.scheduler, "mh");
 }
 
@@ -412,9 +415,11 @@ fn an_endpoint_change_touches_only_that_destination() {
                 destination: "10.244.1.4:8080".parse().unwrap(),
                 weight: 1
             },
-            Op::DelDestination {
+            // Its connections are unknown: it drains.
+            Op::UpdateDestination {
                 key: k,
-                destination: "10.244.1.3:8080".parse().unwrap()
+                destination: "10.244.1.3:8080".parse().unwrap(),
+                weight: 0
             },
         ]
     );
@@ -434,6 +439,7 @@ fn foreign_virtual_servers_are_never_deleted_and_own_ones_are() {
         sched_flags: 0,
         persistence: None,
         destinations: Default::default(),
+        connections: Default::default(),
     };
     kernel.services.insert(foreign, vs.clone());
     kernel.services.insert(stale, vs);
@@ -496,6 +502,7 @@ fn cleanup_removes_only_what_the_agent_owns() {
             sched_flags: 0,
             persistence: None,
             destinations: Default::default(),
+            connections: Default::default(),
         },
     );
     let ops = super::plan::cleanup(&kernel, &[]).ops;
@@ -524,6 +531,11 @@ fn a_services_own_scheduler_overrides_the_flag() {
     assert_eq!(
         d.services[&key("10.96.0.20", Protocol::Tcp, 80)].scheduler,
         "sh"
+    );
+    // sh-fallback, so a client hashed to a draining real server gets another one.
+    assert_eq!(
+        d.services[&key("10.96.0.20", Protocol::Tcp, 80)].sched_flags,
+        SCHED_FLAG_FALLBACK
     );
     assert_eq!(
         d.services[&key("10.96.0.21", Protocol::Tcp, 80)].scheduler,
@@ -624,4 +636,145 @@ fn load_balancer_source_ranges_fill_the_firewall_sets_and_filter_the_node() {
             "-A KUBE-IPVS-OUT-FILTER -s 203.0.113.9 -m ipvs --vaddr 203.0.113.9 --vproto tcp --vport 443 -j DROP"
         ]
     );
+}
+
+/// One virtual server of `protocol` that wants `10.244.1.2:8080` at weight 1, and an
+/// observation of it that also holds `10.244.1.3:8080` at `weight` with `counts`.
+fn draining_case(
+    protocol: Protocol,
+    weight: u32,
+    counts: Option<(u32, u32)>,
+) -> (KernelState, KernelState, VsKey, std::net::SocketAddr) {
+    let k = key("10.96.0.10", protocol, 80);
+    let kept: std::net::SocketAddr = "10.244.1.2:8080".parse().unwrap();
+    let gone: std::net::SocketAddr = "10.244.1.3:8080".parse().unwrap();
+    let want_vs = VirtualServer {
+        scheduler: "rr".into(),
+        destinations: [(kept, 1)].into(),
+        ..VirtualServer::default()
+    };
+    let mut have_vs = want_vs.clone();
+    have_vs.destinations.insert(gone, weight);
+    if let Some((active, inactive)) = counts {
+        have_vs
+            .connections
+            .insert(gone, super::kernel::Connections { active, inactive });
+    }
+    let mut want = KernelState::default();
+    want.services.insert(k, want_vs);
+    let mut have = KernelState::default();
+    have.services.insert(k, have_vs);
+    (want, have, k, gone)
+}
+
+#[test]
+fn removed_real_servers_drain_by_protocol_connections_and_bound() {
+    use Protocol::{Sctp, Tcp, Udp};
+    // (protocol, observed weight, connection counts read now, past the bound, expected op)
+    let table: &[(Protocol, u32, Option<(u32, u32)>, bool, &str)] = &[
+        // Counts unknown (between full syncs): never delete, drain.
+        (Tcp, 1, None, false, "weight 0"),
+        // Read now and idle: nothing to wait for (kube-proxy does the same).
+        (Tcp, 1, Some((0, 0)), false, "delete"),
+        (Tcp, 1, Some((1, 0)), false, "weight 0"),
+        (Tcp, 1, Some((0, 3)), false, "weight 0"),
+        // Already draining.
+        (Tcp, 0, Some((2, 1)), false, "nothing"),
+        (Tcp, 0, None, false, "nothing"),
+        (Tcp, 0, Some((0, 0)), false, "delete"),
+        // The bound ends a drain whatever its connections.
+        (Tcp, 0, Some((5, 0)), true, "delete"),
+        (Tcp, 0, None, true, "delete"),
+        // Datagrams do not drain (expire_nodest_conn ends their flows).
+        (Udp, 1, Some((0, 4)), false, "delete"),
+        (Udp, 1, None, false, "delete"),
+        (Sctp, 1, Some((1, 0)), false, "delete"),
+    ];
+    for (i, (protocol, weight, counts, past_bound, want_op)) in table.iter().enumerate() {
+        let (want, have, k, gone) = draining_case(*protocol, *weight, *counts);
+        let expired = if *past_bound {
+            BTreeSet::from([(k, gone)])
+        } else {
+            BTreeSet::new()
+        };
+        let ops = super::plan::plan_draining(&want, &have, &[], &expired).ops;
+        let got = match ops.as_slice() {
+            [] => "nothing",
+            [Op::DelDestination { destination, .. }] if *destination == gone => "delete",
+            [
+                Op::UpdateDestination {
+                    destination,
+                    weight: 0,
+                    ..
+                },
+            ] if *destination == gone => "weight 0",
+            _ => panic!("case {i}: {ops:?}"),
+        };
+        assert_eq!(got, *want_op, "case {i}: {protocol:?} w{weight} {counts:?}");
+    }
+}
+
+#[test]
+fn a_returning_endpoint_gets_its_weight_back_and_a_deleted_service_goes_at_once() {
+    // The endpoint comes back while its real server drains: weight 1 again, in place, so the
+    // connections that were draining to it survive (kube-proxy deletes and re-adds it).
+    let (mut want, have, k, gone) = draining_case(Protocol::Tcp, 0, Some((3, 0)));
+    want.services
+        .get_mut(&k)
+        .unwrap()
+        .destinations
+        .insert(gone, 1);
+    assert_eq!(
+        plan(&want, &have, &[]).ops,
+        [Op::UpdateDestination {
+            key: k,
+            destination: gone,
+            weight: 1
+        }]
+    );
+    // The whole Service goes: its virtual server is deleted at once, draining or not.
+    let (_, mut have, k, _) = draining_case(Protocol::Tcp, 0, Some((3, 0)));
+    have.addresses.insert(k.address);
+    let mut want = KernelState::default();
+    want.addresses.insert(ip("10.96.0.99"));
+    let ops = plan(&want, &have, &[]).ops;
+    assert!(ops.contains(&Op::DelService(k)), "{ops:?}");
+    assert!(
+        !ops.iter()
+            .any(|o| matches!(o, Op::UpdateDestination { .. } | Op::DelDestination { .. })),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn the_drain_record_starts_clocks_keeps_them_and_forgets_what_is_gone() {
+    use super::drain::Draining;
+    let t0 = std::time::Instant::now();
+    let bound = Duration::from_secs(600);
+    let (want, have, k, gone) = draining_case(Protocol::Tcp, 0, None);
+    let mut d = Draining::default();
+    // A restart finds a weight-0 real server nobody wants: it keeps draining, from now.
+    d.track(&want, &have, t0);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d.since(&(k, gone)), Some(t0));
+    assert!(d.expired(t0, bound).is_empty());
+    assert_eq!(d.next_deadline(bound), Some(t0 + bound));
+    // Later syncs keep the first start.
+    let t1 = t0 + Duration::from_secs(599);
+    d.track(&want, &have, t1);
+    assert_eq!(d.since(&(k, gone)), Some(t0));
+    assert!(d.expired(t1, bound).is_empty());
+    assert!(d.started_after(t0 - Duration::from_secs(1)));
+    assert!(!d.started_after(t0));
+    let t2 = t0 + bound;
+    assert_eq!(d.expired(t2, bound), BTreeSet::from([(k, gone)]));
+    // A zero bound expires every drain at once.
+    assert_eq!(d.expired(t0, Duration::ZERO).len(), 1);
+    // Deleted, or wanted again: forgotten.
+    d.track(&want, &want, t2);
+    assert!(d.is_empty());
+    // UDP real servers never drain.
+    let (want, have, _, _) = draining_case(Protocol::Udp, 0, None);
+    d.track(&want, &have, t2);
+    assert!(d.is_empty());
 }
