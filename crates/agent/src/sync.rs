@@ -12,6 +12,7 @@
 //! counts were never read, or whose bound is near, the loop makes the next full sync come
 //! sooner than the period.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use crate::dataplane::{Applied, Dataplane, Error, Observation};
 use crate::model::cluster::Cluster;
 use crate::model::config::ProxyConfig;
 use crate::model::desired::desired;
-use crate::model::drain::Draining;
+use crate::model::drain::{DestinationKey, Draining};
 use crate::model::plan::{Plan, plan_draining};
 
 /// Timing of the loop.
@@ -66,8 +67,9 @@ pub struct Syncer<D> {
     shadow: Option<Memory>,
     /// The real servers that drain, and since when.
     draining: Draining,
-    /// When the kernel was last read.
-    last_read: Option<std::time::Instant>,
+    /// Whether a real server started draining since the kernel was last read (its
+    /// connection counts are unknown).
+    unread: bool,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -78,7 +80,7 @@ impl<D: Dataplane> Syncer<D> {
             config,
             shadow: None,
             draining: Draining::default(),
-            last_read: None,
+            unread: false,
         }
     }
 
@@ -106,11 +108,11 @@ impl<D: Dataplane> Syncer<D> {
                 host,
                 ..Memory::default()
             });
-            self.last_read = Some(now);
         }
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
         let timeout = self.config.graceful_termination_timeout;
+        let drained_before: BTreeSet<DestinationKey> = self.draining.keys().copied().collect();
         self.draining.track(&want.state, &shadow.state, now);
         let p = plan_draining(
             &want.state,
@@ -141,6 +143,11 @@ impl<D: Dataplane> Syncer<D> {
             }
             self.draining.track(&want.state, &shadow.state, now);
         }
+        self.unread = if full {
+            false
+        } else {
+            self.unread || self.draining.keys().any(|k| !drained_before.contains(k))
+        };
         Ok(Report {
             full,
             plan: p,
@@ -156,14 +163,11 @@ impl<D: Dataplane> Syncer<D> {
     /// the kernel was last read (its counts are unknown, and most are already idle), else when
     /// the first bound runs out (no read needed then, but a sync is).
     fn recheck_in(&self, now: std::time::Instant) -> Option<Duration> {
-        let unread = self
-            .last_read
-            .is_none_or(|read| self.draining.started_after(read));
         let deadline = self
             .draining
             .next_deadline(self.config.graceful_termination_timeout)
             .map(|d| d.saturating_duration_since(now));
-        if unread && !self.draining.is_empty() {
+        if self.unread && !self.draining.is_empty() {
             Some(Duration::ZERO)
         } else {
             deadline
@@ -405,5 +409,183 @@ mod tests {
         );
         // Nothing was applied while the snapshot was None.
         assert!(syncer.dataplane().applied.iter().all(|p| !p.is_empty()));
+    }
+
+    fn conns(active: u32, inactive: u32) -> crate::model::kernel::Connections {
+        crate::model::kernel::Connections { active, inactive }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_destination_drains_until_idle_and_is_checked_soon() {
+        let vip = crate::model::kernel::VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let gone: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        // Between full syncs the counts are unknown: weight 0, and a full sync is wanted now.
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::UpdateDestination {
+                key: vip,
+                destination: gone,
+                weight: 0
+            }]
+        );
+        assert_eq!((r.draining, r.recheck_in), (1, Some(Duration::ZERO)));
+        // The kernel says a connection is open: it stays, until the bound at the latest.
+        let kernel_vs = s.dataplane().state.services.get_mut(&vip).unwrap();
+        kernel_vs.connections.insert(gone, conns(1, 0));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+        assert_eq!(r.draining, 1);
+        assert_eq!(r.recheck_in, Some(Duration::from_secs(14 * 60)));
+        // An incremental sync in between does not trust old counts either way.
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+        // It closes: the next full sync deletes the destination.
+        let kernel_vs = s.dataplane().state.services.get_mut(&vip).unwrap();
+        kernel_vs.connections.insert(gone, conns(0, 0));
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::DelDestination {
+                key: vip,
+                destination: gone
+            }]
+        );
+        assert_eq!((r.draining, r.recheck_in), (0, None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_ends_at_the_bound_and_a_returning_endpoint_keeps_its_connections() {
+        let vip = crate::model::kernel::VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let gone: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+        let config = ProxyConfig {
+            graceful_termination_timeout: Duration::from_secs(120),
+            ..ProxyConfig::default()
+        };
+        let mut s = Syncer::new(Memory::default(), config);
+        s.sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        s.dataplane()
+            .state
+            .services
+            .get_mut(&vip)
+            .unwrap()
+            .connections
+            .insert(gone, conns(3, 1));
+        s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        // It comes back: weight 1 again, in place.
+        let r = s
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), false)
+            .await
+            .unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::UpdateDestination {
+                key: vip,
+                destination: gone,
+                weight: 1
+            }]
+        );
+        assert_eq!(r.draining, 0);
+        // It goes again and its connections never end: deleted at the bound, without a read.
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert_eq!(r.recheck_in, Some(Duration::from_secs(120)));
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert!(
+            s.sync(&web(&["10.244.0.2"]), false)
+                .await
+                .unwrap()
+                .plan
+                .is_empty()
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::DelDestination {
+                key: vip,
+                destination: gone
+            }]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_keeps_undesired_weight_0_destinations_draining() {
+        let vip = crate::model::kernel::VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let mut first = Syncer::new(Memory::default(), ProxyConfig::default());
+        first
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        first.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        // A new agent over the same kernel: the draining one has connections, and another
+        // wanted one was left at weight 0 by someone.
+        let mut kernel = first.dataplane().clone();
+        let vs = kernel.state.services.get_mut(&vip).unwrap();
+        vs.connections
+            .insert("10.244.0.3:8080".parse().unwrap(), conns(2, 0));
+        vs.destinations
+            .insert("10.244.0.2:8080".parse().unwrap(), 0);
+        let mut s = Syncer::new(kernel, ProxyConfig::default());
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::UpdateDestination {
+                key: vip,
+                destination: "10.244.0.2:8080".parse().unwrap(),
+                weight: 1
+            }]
+        );
+        assert_eq!(r.draining, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_reads_the_kernel_soon_after_a_drain_starts() {
+        let (tx, rx) = watch::channel(Some(Arc::new(web(&["10.244.0.2", "10.244.0.3"]))));
+        let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
+        let periods = Periods {
+            sync: Duration::from_secs(30),
+            min_sync: Duration::from_secs(1),
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let driver = async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            stop_tx.send(()).unwrap();
+            tx
+        };
+        let mut reports = Vec::new();
+        let run_loop = run(
+            &mut syncer,
+            rx,
+            periods,
+            async { stop_rx.await.unwrap_or(()) },
+            |r| reports.push((r.full, r.plan.ops.len(), r.draining)),
+        );
+        let (_tx, ()) = tokio::join!(driver, run_loop);
+        // The first sync, the removal (weight 0) and, well before the sync period, a full sync
+        // that finds no connection and deletes it.
+        assert_eq!(reports.len(), 3, "{reports:?}");
+        assert_eq!(reports[1], (false, 1, 1));
+        assert_eq!(reports[2], (true, 1, 0));
     }
 }

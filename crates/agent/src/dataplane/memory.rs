@@ -135,8 +135,15 @@ impl Memory {
 impl Dataplane for Memory {
     async fn observe(&mut self) -> Result<Observation, Error> {
         self.observed += 1;
+        let mut state = self.state.clone();
+        // The kernel reports counts for every real server: none recorded means none open.
+        for vs in state.services.values_mut() {
+            for d in vs.destinations.keys() {
+                vs.connections.entry(*d).or_default();
+            }
+        }
         Ok(Observation {
-            state: self.state.clone(),
+            state,
             host: self.host.clone(),
         })
     }

@@ -65,9 +65,9 @@ impl Draining {
         self.since.values().min().map(|t| *t + timeout)
     }
 
-    /// True when a real server started draining after `instant`.
-    pub fn started_after(&self, instant: Instant) -> bool {
-        self.since.values().any(|t| *t > instant)
+    /// The draining real servers.
+    pub fn keys(&self) -> impl Iterator<Item = &DestinationKey> {
+        self.since.keys()
     }
 
     /// How many real servers drain.
