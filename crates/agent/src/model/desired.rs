@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::cluster::{Cluster, Family, Protocol, Service, ServiceType, TrafficPolicy};
 use super::config::{LocalDetector, ProxyConfig};
-use super::endpoints::{choose, port_endpoints};
+use super::endpoints::{Topology, ZONE_LABEL, choose, port_endpoints};
 use super::iptables::{self, OutFilter};
 use super::kernel::{
     KernelState, LINK_NAME, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer,
@@ -243,7 +243,16 @@ impl Builder<'_> {
         if service.kind == ServiceType::ExternalName {
             return;
         }
-        let node = self.config.node_name.clone();
+        let topology = Topology {
+            node: &self.config.node_name,
+            zone: cluster
+                .node
+                .as_ref()
+                .and_then(|n| n.labels.get(ZONE_LABEL))
+                .map(String::as_str)
+                .filter(|z| !z.is_empty()),
+            node_hints: self.config.prefer_same_node,
+        };
         for &cluster_ip in &service.cluster_ips {
             let family = Family::of(&cluster_ip);
             if !self.config.families.contains(&family) {
@@ -260,8 +269,8 @@ impl Builder<'_> {
             let etp_local = service.external_traffic_policy == TrafficPolicy::Local;
             let itp_local = service.internal_traffic_policy == TrafficPolicy::Local;
             for port in &service.ports {
-                let eps = port_endpoints(cluster, service, port, family, &node);
-                let chosen = choose(&eps);
+                let eps = port_endpoints(cluster, service, port, family, &topology);
+                let chosen = choose(&eps, topology.node_hints);
                 let internal = if itp_local {
                     &chosen.local
                 } else {

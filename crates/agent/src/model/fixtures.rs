@@ -124,6 +124,29 @@ impl Eps {
     }
 }
 
+impl Eps {
+    /// A ready endpoint on `node` with topology hints.
+    pub fn hinted(mut self, addr: &str, node: &str, zones: &[&str], nodes: &[&str]) -> Self {
+        self = self.ready(addr, node);
+        let ep = self.0.endpoints.last_mut().expect("just added");
+        ep.zone_hints = zones.iter().map(|z| z.to_string()).collect();
+        ep.node_hints = nodes.iter().map(|n| n.to_string()).collect();
+        self
+    }
+}
+
+/// The agent's Node, `node-a`, in `zone` (unlabelled when `None`).
+pub fn node_in(zone: Option<&str>) -> Node {
+    Node {
+        name: "node-a".into(),
+        labels: zone
+            .map(|z| ("topology.kubernetes.io/zone".to_string(), z.to_string()))
+            .into_iter()
+            .collect(),
+        ..Node::default()
+    }
+}
+
 pub fn cluster(services: Vec<Svc>, slices: Vec<Eps>) -> Cluster {
     let mut c = Cluster::default();
     for s in services {

@@ -777,3 +777,39 @@ fn the_drain_record_starts_clocks_keeps_them_and_forgets_what_is_gone() {
     d.track(&want, &have, t2);
     assert!(d.is_empty());
 }
+
+#[test]
+fn topology_hints_pick_endpoints_by_the_nodes_zone_label_and_node_name() {
+    let slices = || {
+        vec![
+            eps("web", "", Protocol::Tcp, 8080)
+                .hinted("10.244.0.2", "node-a", &["z1"], &["node-a"])
+                .hinted("10.244.1.2", "node-b", &["z1"], &["node-b"])
+                .hinted("10.244.2.2", "node-c", &["z2"], &["node-c"]),
+        ]
+    };
+    let vs_dests = |zone: Option<&str>, gate: bool| {
+        let mut c = cluster(vec![svc("web").cluster_ip("10.96.0.10").tcp(80)], slices());
+        c.node = Some(node_in(zone));
+        let cfg = super::config::ProxyConfig {
+            prefer_same_node: gate,
+            ..config()
+        };
+        dests(&desired(&c, &cfg, &host()).state.services[&key("10.96.0.10", Protocol::Tcp, 80)])
+    };
+    // PreferSameNode: this node's own endpoint.
+    assert_eq!(vs_dests(Some("z1"), true), ["10.244.0.2:8080 w1"]);
+    // Without the gate, PreferSameZone: the zone's endpoints.
+    assert_eq!(
+        vs_dests(Some("z1"), false),
+        ["10.244.0.2:8080 w1", "10.244.1.2:8080 w1"]
+    );
+    // A zone nobody hinted, or no zone label: every endpoint.
+    let all = [
+        "10.244.0.2:8080 w1",
+        "10.244.1.2:8080 w1",
+        "10.244.2.2:8080 w1",
+    ];
+    assert_eq!(vs_dests(Some("z9"), false), all);
+    assert_eq!(vs_dests(None, false), all);
+}
