@@ -65,13 +65,11 @@ impl Node {
         let mut c = Command::new(AGENT);
         c.arg("--manifests")
             .arg(&self.dir)
-            .args([
-                "--hostname-override",
-                "node-a",
-                "--cluster-cidr",
-                "10.244.0.0/16",
-            ])
-            .args(extra);
+            .args(["--hostname-override", "node-a"]);
+        if !extra.contains(&"--cluster-cidr") {
+            c.args(["--cluster-cidr", "10.244.0.0/16"]);
+        }
+        c.args(extra);
         c
     }
 
@@ -774,4 +772,71 @@ fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
     );
     let _ = agent.kill();
     let _ = agent.wait();
+}
+
+#[test]
+fn a_dual_stack_service_answers_on_both_families() {
+    let node = Node::new("dual", 1);
+    let pod = node.pods[0].ns.name().to_string();
+    let out = node.outside.name().to_string();
+    // IPv6 beside IPv4: the bridge, the pod, the outside client.
+    sh("ip addr add fd00:244::1/64 dev cni0 nodad");
+    sh(&format!(
+        "ip -n {pod} addr add fd00:244::2/64 dev eth0 nodad && ip -n {pod} route add default via fd00:244::1"
+    ));
+    let host_end = sh(&format!(
+        "ip -o link show | grep -o 'lveth[0-9]*@if[0-9]*' | tail -1"
+    ));
+    let host_end = host_end
+        .trim()
+        .split('@')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    sh(&format!("ip addr add fd00:100::1/64 dev {host_end} nodad"));
+    sh(&format!(
+        "ip -n {out} addr add fd00:100::2/64 dev eth0 nodad && ip -n {out} route add default via fd00:100::1"
+    ));
+    let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: t}\n\
+        spec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00:96::10'], ipFamilies: [IPv4, IPv6], \
+        ipFamilyPolicy: RequireDualStack, ports: [{name: p, protocol: TCP, port: 80, targetPort: 8080}]}\n---\n\
+        apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+        metadata: {name: web-v4, namespace: t, labels: {kubernetes.io/service-name: web}}\n\
+        addressType: IPv4\nports: [{name: p, protocol: TCP, port: 8080}]\n\
+        endpoints: [{addresses: [10.244.0.2], nodeName: node-a}]\n---\n\
+        apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+        metadata: {name: web-v6, namespace: t, labels: {kubernetes.io/service-name: web}}\n\
+        addressType: IPv6\nports: [{name: p, protocol: TCP, port: 8080}]\n\
+        endpoints: [{addresses: ['fd00:244::2'], nodeName: node-a}]\n";
+    node.write("web.yaml", yaml);
+    node.once(&["--cluster-cidr", "10.244.0.0/16,fd00:244::/64"]);
+    let ipvs = sh("ipvsadm -Sn");
+    assert!(ipvs.contains("-A -t [fd00:96::10]:80 -s rr"), "{ipvs}");
+    assert!(
+        ipvs.contains("-a -t [fd00:96::10]:80 -r [fd00:244::2]:8080 -m -w 1"),
+        "{ipvs}"
+    );
+    let sets = sh("ipset save");
+    assert!(
+        sets.contains("add KUBE-6-CLUSTER-IP fd00:96::10,tcp:80"),
+        "{sets}"
+    );
+    assert!(
+        sets.contains("create KUBE-6-LOAD-BALANCER-SOURCE-CID hash:ip,port,net family inet6"),
+        "{sets}"
+    );
+    let rules6 = sh("ip6tables-save");
+    assert!(
+        rules6.contains("-A KUBE-SERVICES -s ::1/128 -j RETURN"),
+        "{rules6}"
+    );
+    assert!(sh("ip -br addr show kube-ipvs0").contains("fd00:96::10/128"));
+    assert_eq!(
+        node.ask_from_outside("[fd00:96::10]:80"),
+        Ok(node.pods[0].name.clone())
+    );
+    assert_eq!(
+        node.ask_from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
 }

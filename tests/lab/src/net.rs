@@ -23,7 +23,8 @@ pub fn bridge(gateway: &str) {
     ));
 }
 
-/// A pod: a namespace on `cni0` with servers on `ports` answering with the pod's name. Its
+/// A pod: a namespace on `cni0` with servers on `ports` (dual-stack sockets) answering with
+/// the pod's name. Its
 /// bridge port is in hairpin mode, as the CNI bridge plugin sets it, so the pod can reach
 /// itself through a Service.
 pub struct Pod {
@@ -53,8 +54,8 @@ impl Pod {
             let (tx, rx) = mpsc::channel();
             let reply = format!("{name}\n");
             ns.spawn(move || {
-                let tcp = TcpListener::bind(("0.0.0.0", port)).expect("bind tcp in the pod");
-                let udp = UdpSocket::bind(("0.0.0.0", port)).expect("bind udp in the pod");
+                let tcp = TcpListener::bind(("::", port)).expect("bind tcp in the pod");
+                let udp = UdpSocket::bind(("::", port)).expect("bind udp in the pod");
                 tx.send(()).unwrap();
                 let answer = reply.clone();
                 std::thread::spawn(move || {
