@@ -784,9 +784,7 @@ fn a_dual_stack_service_answers_on_both_families() {
     sh(&format!(
         "ip -n {pod} addr add fd00:244::2/64 dev eth0 nodad && ip -n {pod} route add default via fd00:244::1"
     ));
-    let host_end = sh(&format!(
-        "ip -o link show | grep -o 'lveth[0-9]*@if[0-9]*' | tail -1"
-    ));
+    let host_end = sh("ip -o link show | grep -o 'lveth[0-9]*@if[0-9]*' | tail -1");
     let host_end = host_end
         .trim()
         .split('@')

@@ -24,9 +24,8 @@ pub fn bridge(gateway: &str) {
 }
 
 /// A pod: a namespace on `cni0` with servers on `ports` (dual-stack sockets) answering with
-/// the pod's name. Its
-/// bridge port is in hairpin mode, as the CNI bridge plugin sets it, so the pod can reach
-/// itself through a Service.
+/// the pod's name. Its bridge port is in hairpin mode, as the CNI bridge plugin sets it, so
+/// the pod can reach itself through a Service.
 pub struct Pod {
     /// The pod's namespace.
     pub ns: NamedNetns,
