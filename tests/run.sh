@@ -16,6 +16,9 @@ step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "host tests"
 cargo test --workspace
+step "deployment checks (manifests, Vagrantfile, scripts)"
+cargo build --quiet -p kube-proxy-ipvs-agent
+bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 step "kernel tests in the lab"
 cargo run --quiet -p lab -- test
 step "done"
