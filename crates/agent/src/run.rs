@@ -147,6 +147,28 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    // Health-check node ports of externalTrafficPolicy=Local load balancers follow the
+    // snapshots.
+    {
+        let mut changes = snapshots.clone();
+        let mut servers = crate::health::ServiceHealthServers::new(Vec::new(), health.clone());
+        let node = settings.node_name.clone();
+        tokio::spawn(async move {
+            loop {
+                let wanted = changes
+                    .borrow_and_update()
+                    .as_ref()
+                    .map(|c| crate::model::endpoints::health_checks(c, &node))
+                    .unwrap_or_default();
+                for (port, service, e) in servers.sync(&wanted).await {
+                    warn!(port, service = %service, error = %e, "FailedToStartServiceHealthcheck");
+                }
+                if changes.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
     // Every new snapshot is a queued update for /healthz and the metrics.
     {
         let mut changes = snapshots.clone();

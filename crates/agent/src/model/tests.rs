@@ -813,3 +813,34 @@ fn topology_hints_pick_endpoints_by_the_nodes_zone_label_and_node_name() {
     assert_eq!(vs_dests(Some("z9"), false), all);
     assert_eq!(vs_dests(None, false), all);
 }
+
+#[test]
+fn health_check_node_ports_count_local_ready_endpoints() {
+    let mut lb = svc("lb")
+        .cluster_ip("10.96.0.50")
+        .tcp(80)
+        .node_port(30050)
+        .load_balancer("203.0.113.50")
+        .etp_local();
+    lb.0.health_check_node_port = Some(32000);
+    let mut cluster_policy = svc("plain")
+        .cluster_ip("10.96.0.51")
+        .tcp(80)
+        .node_port(30051)
+        .load_balancer("203.0.113.51");
+    cluster_policy.0.health_check_node_port = Some(32001);
+    let c = cluster(
+        vec![lb, cluster_policy],
+        vec![
+            eps("lb", "", Protocol::Tcp, 8080)
+                .ready("10.244.0.2", "node-a")
+                .ready("10.244.1.2", "node-b")
+                .endpoint("10.244.0.3", "node-a", false, true, true),
+        ],
+    );
+    let hc = super::endpoints::health_checks(&c, "node-a");
+    assert_eq!(
+        hc,
+        vec![(32000, super::cluster::ServiceRef::new("default", "lb"), 1)]
+    );
+}
