@@ -838,3 +838,68 @@ fn a_dual_stack_service_answers_on_both_families() {
         Ok(node.pods[0].name.clone())
     );
 }
+
+#[test]
+fn a_removed_endpoint_drains_its_open_connection_then_goes() {
+    use std::io::Write;
+
+    let node = Node::new("drain", 2);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let mut agent = node.spawn(&[
+        "--ipvs-min-sync-period",
+        "0s",
+        "--ipvs-sync-period",
+        "2s",
+    ]);
+    let wait_for = |what: &str, want: &dyn Fn(&str) -> bool| {
+        let start = Instant::now();
+        loop {
+            let ipvs = sh("ipvsadm -Sn");
+            if want(&ipvs) {
+                return ipvs;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(40),
+                "timed out waiting for {what}:\n{ipvs}\n{}",
+                sh("ipvsadm -Ln")
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let old = "-a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m";
+    wait_for("the first sync", &|s| s.contains(&format!("{old} -w 1")));
+    let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
+    let (name, mut conn) = within(&node.outside, move || open_tcp(vip)).unwrap();
+    assert_eq!(name, node.pods[0].name);
+
+    // The endpoint moves to the other pod: the old real server stays, at weight 0.
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(1, "node-a")]),
+    );
+    wait_for("the drain", &|s| {
+        s.contains(&format!("{old} -w 0")) && s.contains("-r 10.244.0.3:8080 -m -w 1")
+    });
+    // Several full syncs later (each reads the connection counts) it is still there, the open
+    // connection still works, and new connections go to the new pod only.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(sh("ipvsadm -Sn").contains(&format!("{old} -w 0")));
+    assert_eq!(echo(&mut conn, "still there"), Ok("still there".into()));
+    assert_eq!(
+        names(4, || node.ask_from_outside("10.96.0.10:80")),
+        vec![node.pods[1].name.clone(); 4]
+    );
+
+    // The connection ends. Closing with an unread echo pending makes the kernel reset it, so
+    // IPVS forgets it after its CLOSE timeout (10 s) instead of TIME_WAIT's 2 minutes.
+    conn.get_mut().write_all(b"bye\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(conn);
+    wait_for("the drained real server to go", &|s| !s.contains(old));
+    assert!(sh("ipvsadm -Sn").contains("-r 10.244.0.3:8080 -m -w 1"));
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
