@@ -80,6 +80,10 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             let client = api::client(&options)
                 .await
                 .context("cannot build the API client")?;
+            if !args.dry_run && !args.once {
+                let (c, node) = (client.clone(), settings.node_name.clone());
+                tokio::spawn(async move { crate::k8s::events::node_starting(c, &node).await });
+            }
             let (tx, rx) = watch::channel(None);
             let node = settings.node_name.clone();
             tokio::spawn(async move {
