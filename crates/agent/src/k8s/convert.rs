@@ -112,6 +112,16 @@ pub enum Reason {
         /// The field.
         field: String,
     },
+    /// A name that is not a DNS label (at most 63 lower-case letters, digits and `-`, starting
+    /// with a letter or digit and ending with one), as the API requires of Service names and
+    /// namespaces.
+    #[error("{field}: {value:?} is not a DNS label (at most 63 of a-z, 0-9 and '-')")]
+    BadName {
+        /// The field.
+        field: String,
+        /// The name (cut to 100 characters).
+        value: String,
+    },
     /// Not an IP address.
     #[error("{field}: {value:?} is not an IP address")]
     BadIp {
@@ -232,6 +242,25 @@ impl fmt::Display for FamilyName {
     }
 }
 
+/// Checks a DNS label (RFC 1123): what the API allows for Service names and namespaces.
+fn dns_label(field: &str, value: &str) -> Result<(), Reason> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Reason::BadName {
+            field: field.to_string(),
+            value: value.chars().take(100).collect(),
+        })
+    }
+}
+
 fn namespace_of(meta: &ObjectMeta) -> &str {
     meta.namespace
         .as_deref()
@@ -340,6 +369,8 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
         .as_deref()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| missing("metadata.name"))?;
+    dns_label("metadata.name", name)?;
+    dns_label("metadata.namespace", namespace_of(meta))?;
     let id = ServiceRef::new(namespace_of(meta), name);
     let spec = svc.spec.as_ref().ok_or_else(|| missing("spec"))?;
 
