@@ -173,12 +173,26 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             }
         });
     }
-    // Every new snapshot is a queued update for /healthz and the metrics.
+    // Every new snapshot is a queued update for /healthz and the metrics, with its Service and
+    // EndpointSlice changes counted (pending until the next sync reports).
+    let pending = Arc::new(std::sync::Mutex::new((0u64, 0u64)));
     {
         let mut changes = snapshots.clone();
-        let (h, m) = (health.clone(), metrics.clone());
+        let (h, m, pending) = (health.clone(), metrics.clone(), pending.clone());
         tokio::spawn(async move {
+            let mut previous = changes.borrow_and_update().clone();
             while changes.changed().await.is_ok() {
+                let current = changes.borrow_and_update().clone();
+                let (services, slices) = count_changes(previous.as_deref(), current.as_deref());
+                previous = current;
+                let (ps, pe) = {
+                    let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                    p.0 += services;
+                    p.1 += slices;
+                    *p
+                };
+                m.service_changes(services, ps);
+                m.endpoint_changes(slices, pe);
                 h.queued_update();
                 m.queued(SystemTime::now());
             }
@@ -213,12 +227,33 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             SystemTime::now(),
         );
         metrics.observe_sync(&obs, report.full);
+        *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
+        metrics.service_changes(0, 0);
+        metrics.endpoint_changes(0, 0);
         if obs.succeeded() {
             health.updated();
         }
     })
     .await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many Services and EndpointSlices differ between two snapshots.
+fn count_changes(before: Option<&Cluster>, after: Option<&Cluster>) -> (u64, u64) {
+    fn diff<K: Ord, V: PartialEq>(
+        a: Option<&std::collections::BTreeMap<K, V>>,
+        b: Option<&std::collections::BTreeMap<K, V>>,
+    ) -> u64 {
+        let empty = std::collections::BTreeMap::new();
+        let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+        let changed = a.iter().filter(|(k, v)| b.get(k) != Some(v)).count();
+        let added = b.keys().filter(|k| !a.contains_key(k)).count();
+        (changed + added) as u64
+    }
+    (
+        diff(before.map(|c| &c.services), after.map(|c| &c.services)),
+        diff(before.map(|c| &c.slices), after.map(|c| &c.slices)),
+    )
 }
 
 /// Waits for the source's first complete snapshot.
@@ -337,4 +372,42 @@ async fn dry_run(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_changes;
+    use crate::model::cluster::{Cluster, EndpointSlice, Family, ServiceRef};
+
+    fn slice(name: &str, port: u16) -> EndpointSlice {
+        EndpointSlice {
+            name: name.into(),
+            service: ServiceRef::new("default", "web"),
+            family: Family::V4,
+            ports: vec![crate::model::cluster::EndpointPort {
+                name: String::new(),
+                protocol: crate::model::cluster::Protocol::Tcp,
+                port,
+            }],
+            endpoints: vec![],
+        }
+    }
+
+    #[test]
+    fn changes_count_added_modified_and_removed_objects() {
+        let mut a = Cluster::default();
+        a.slices
+            .insert(("default".into(), "a".into()), slice("a", 80));
+        a.slices
+            .insert(("default".into(), "b".into()), slice("b", 80));
+        let mut b = a.clone();
+        b.slices
+            .insert(("default".into(), "a".into()), slice("a", 81)); // modified
+        b.slices.remove(&("default".into(), "b".into())); // removed
+        b.slices
+            .insert(("default".into(), "c".into()), slice("c", 80)); // added
+        assert_eq!(count_changes(Some(&a), Some(&b)), (0, 3));
+        assert_eq!(count_changes(None, Some(&a)), (0, 2));
+        assert_eq!(count_changes(Some(&a), Some(&a)), (0, 0));
+    }
 }
