@@ -192,6 +192,36 @@ pub fn choose(endpoints: &[PortEndpoint], node_hints: bool) -> Chosen {
     }
 }
 
+/// The health-check node ports to serve: for each load balancer with
+/// `externalTrafficPolicy: Local` and a `healthCheckNodePort`, the port, the Service and the
+/// number of its ready endpoints on this node (kube-proxy answers 200 when it is not zero).
+pub fn health_checks(
+    cluster: &Cluster,
+    node: &str,
+) -> Vec<(u16, super::cluster::ServiceRef, usize)> {
+    use super::cluster::{ServiceType, TrafficPolicy};
+    let mut out = Vec::new();
+    for service in cluster.services.values() {
+        let Some(port) = service.health_check_node_port else {
+            continue;
+        };
+        if service.kind != ServiceType::LoadBalancer
+            || service.external_traffic_policy != TrafficPolicy::Local
+        {
+            continue;
+        }
+        let local: std::collections::BTreeSet<IpAddr> = cluster
+            .slices_of(&service.id)
+            .flat_map(|s| s.endpoints.iter())
+            .filter(|e| e.ready && !e.terminating && e.node_name.as_deref() == Some(node))
+            .map(|e| e.address)
+            .collect();
+        out.push((port, service.id.clone(), local.len()));
+    }
+    out.sort_by_key(|(p, _, _)| *p);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,34 +366,4 @@ mod tests {
         let eps = [ep("10.0.0.1:80", false, false, false, true)];
         assert_eq!(choose(&eps, true), Chosen::default());
     }
-}
-
-/// The health-check node ports to serve: for each load balancer with
-/// `externalTrafficPolicy: Local` and a `healthCheckNodePort`, the port, the Service and the
-/// number of its ready endpoints on this node (kube-proxy answers 200 when it is not zero).
-pub fn health_checks(
-    cluster: &Cluster,
-    node: &str,
-) -> Vec<(u16, super::cluster::ServiceRef, usize)> {
-    use super::cluster::{ServiceType, TrafficPolicy};
-    let mut out = Vec::new();
-    for service in cluster.services.values() {
-        let Some(port) = service.health_check_node_port else {
-            continue;
-        };
-        if service.kind != ServiceType::LoadBalancer
-            || service.external_traffic_policy != TrafficPolicy::Local
-        {
-            continue;
-        }
-        let local: std::collections::BTreeSet<IpAddr> = cluster
-            .slices_of(&service.id)
-            .flat_map(|s| s.endpoints.iter())
-            .filter(|e| e.ready && !e.terminating && e.node_name.as_deref() == Some(node))
-            .map(|e| e.address)
-            .collect();
-        out.push((port, service.id.clone(), local.len()));
-    }
-    out.sort_by_key(|(p, _, _)| *p);
-    out
 }

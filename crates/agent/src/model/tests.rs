@@ -671,7 +671,8 @@ fn draining_case(
 fn removed_real_servers_drain_by_protocol_connections_and_bound() {
     use Protocol::{Sctp, Tcp, Udp};
     // (protocol, observed weight, connection counts read now, past the bound, expected op)
-    let table: &[(Protocol, u32, Option<(u32, u32)>, bool, &str)] = &[
+    type Case = (Protocol, u32, Option<(u32, u32)>, bool, &'static str);
+    let table: &[Case] = &[
         // Counts unknown (between full syncs): never delete, drain.
         (Tcp, 1, None, false, "weight 0"),
         // Read now and idle: nothing to wait for (kube-proxy does the same).
