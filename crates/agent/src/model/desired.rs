@@ -140,7 +140,7 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
 /// Node's first address of each family, as a host prefix) and `--detect-local-mode=NodeCIDR`
 /// (the Node's pod CIDRs). Without a Node they stay empty: NodePorts are then served nowhere
 /// rather than everywhere, and no pod traffic is told apart.
-fn resolve_node_settings(cluster: &Cluster, config: &ProxyConfig) -> ProxyConfig {
+pub(crate) fn resolve_node_settings(cluster: &Cluster, config: &ProxyConfig) -> ProxyConfig {
     let mut c = config.clone();
     let node = cluster.node.as_ref();
     if config.nodeport_primary {

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod conntrack;
 pub mod desired;
 pub mod drain;
 pub mod endpoints;
