@@ -39,6 +39,10 @@ pub struct Args {
     /// Remove everything the agent owns, and nothing else, then exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// How long a removed TCP real server may drain at weight 0 before it is deleted even
+    /// with connections left (kube-proxy has no bound); 0s deletes at once.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub ipvs_graceful_termination_timeout: std::time::Duration,
 
     /// Which proxy mode to use; only `ipvs` is implemented.
     #[arg(long)]
@@ -225,7 +229,8 @@ fn from_matches(
     let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
     let kube_proxy = loaded.config;
     let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
-    let proxy = kube_proxy.to_proxy_config(&node_name)?;
+    let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
+    proxy.graceful_termination_timeout = args.ipvs_graceful_termination_timeout;
     Ok(Settings {
         args: std::sync::Arc::new(args),
         kube_proxy,
@@ -233,6 +238,15 @@ fn from_matches(
         proxy,
         warnings: loaded.warnings,
     })
+}
+
+/// Parses a Go duration (`30s`, `1m30s`, `15m`, `0s`).
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = config_file::GoDuration::parse(s)?;
+    if d.is_negative() {
+        return Err(format!("{s}: must not be negative"));
+    }
+    Ok(d.to_std())
 }
 
 /// The host name, lower-cased as kube-proxy does.

@@ -227,6 +227,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             SystemTime::now(),
         );
         metrics.observe_sync(&obs, report.full);
+        metrics.destinations_draining(report.draining as u64);
         *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
         metrics.service_changes(0, 0);
         metrics.endpoint_changes(0, 0);

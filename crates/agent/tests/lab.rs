@@ -848,12 +848,7 @@ fn a_removed_endpoint_drains_its_open_connection_then_goes() {
         "web.yaml",
         &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
     );
-    let mut agent = node.spawn(&[
-        "--ipvs-min-sync-period",
-        "0s",
-        "--ipvs-sync-period",
-        "2s",
-    ]);
+    let mut agent = node.spawn(&["--ipvs-min-sync-period", "0s", "--ipvs-sync-period", "2s"]);
     let wait_for = |what: &str, want: &dyn Fn(&str) -> bool| {
         let start = Instant::now();
         loop {
