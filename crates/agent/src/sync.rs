@@ -20,10 +20,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::dataplane::conntrack::Cleaned;
 use crate::dataplane::memory::Memory;
 use crate::dataplane::{Applied, Dataplane, Error, Observation};
 use crate::model::cluster::Cluster;
 use crate::model::config::ProxyConfig;
+use crate::model::conntrack::{ConntrackFilter, conntrack_filter};
 use crate::model::desired::desired;
 use crate::model::drain::{DestinationKey, Draining};
 use crate::model::plan::{Plan, plan_draining};
@@ -56,6 +58,9 @@ pub struct Report {
     /// When draining needs the next full sync sooner than the sync period: it is due at the
     /// latest this long after the sync.
     pub recheck_in: Option<Duration>,
+    /// The conntrack cleanup passes of this sync, one per family (none when no UDP endpoint
+    /// changed).
+    pub conntrack: Vec<Cleaned>,
 }
 
 /// Runs syncs against a dataplane.
@@ -70,6 +75,8 @@ pub struct Syncer<D> {
     /// Whether a real server started draining since the kernel was last read (its
     /// connection counts are unknown).
     unread: bool,
+    /// The conntrack filter of the last cleanup; `None` before the first.
+    conntrack: Option<ConntrackFilter>,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -81,6 +88,7 @@ impl<D: Dataplane> Syncer<D> {
             shadow: None,
             draining: Draining::default(),
             unread: false,
+            conntrack: None,
         }
     }
 
@@ -111,6 +119,7 @@ impl<D: Dataplane> Syncer<D> {
         }
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
+        let conntrack = conntrack_filter(cluster, &self.config, &shadow.host);
         let timeout = self.config.graceful_termination_timeout;
         let drained_before: BTreeSet<DestinationKey> = self.draining.keys().copied().collect();
         self.draining.track(&want.state, &shadow.state, now);
@@ -143,6 +152,7 @@ impl<D: Dataplane> Syncer<D> {
             }
             self.draining.track(&want.state, &shadow.state, now);
         }
+        let conntrack = self.clean_conntrack(conntrack, &mut warnings).await;
         self.unread = if full {
             false
         } else {
@@ -156,7 +166,40 @@ impl<D: Dataplane> Syncer<D> {
             duration: started.elapsed(),
             draining: self.draining.len(),
             recheck_in: self.recheck_in(now),
+            conntrack,
         })
+    }
+
+    /// kube-proxy's `ConntrackCleanupRequired`: once the kernel holds the new real servers,
+    /// and when the serving endpoints of some UDP frontend changed since the last pass (or on
+    /// the first sync, for flows left by an earlier run), deletes the UDP conntrack entries
+    /// answered by no serving endpoint, so their next datagram is scheduled afresh. A failed
+    /// pass is tried again at the next sync.
+    async fn clean_conntrack(
+        &mut self,
+        filter: ConntrackFilter,
+        warnings: &mut Vec<String>,
+    ) -> Vec<Cleaned> {
+        if self
+            .conntrack
+            .as_ref()
+            .is_some_and(|last| last.same_endpoints(&filter))
+        {
+            return Vec::new();
+        }
+        let cleaned = if filter.is_empty() {
+            Vec::new()
+        } else {
+            match self.dataplane.clean_conntrack(&filter).await {
+                Ok(cleaned) => cleaned,
+                Err(e) => {
+                    warnings.push(format!("conntrack cleanup failed; retrying: {e}"));
+                    return Vec::new();
+                }
+            }
+        };
+        self.conntrack = Some(filter);
+        cleaned
     }
 
     /// How soon draining needs a full sync: at once when a real server started draining since
@@ -555,6 +598,45 @@ mod tests {
             }]
         );
         assert_eq!(r.draining, 1);
+    }
+
+    /// `web` with its one port on UDP 53.
+    fn dns(endpoints: &[&str]) -> Cluster {
+        let mut c = web(endpoints);
+        for s in c.services.values_mut() {
+            s.ports[0].protocol = Protocol::Udp;
+            s.ports[0].port = 53;
+        }
+        for s in c.slices.values_mut() {
+            s.ports[0].protocol = Protocol::Udp;
+        }
+        c
+    }
+
+    #[tokio::test]
+    async fn conntrack_is_cleaned_when_udp_endpoints_change() {
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        // The first sync cleans what an earlier run may have left.
+        s.sync(&dns(&["10.244.0.2"]), false).await.unwrap();
+        assert_eq!(s.dataplane().conntrack_cleanups.len(), 1);
+        // Unchanged, or a TCP change: no pass.
+        s.sync(&dns(&["10.244.0.2"]), true).await.unwrap();
+        s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        s.sync(&web(&["10.244.0.3"]), false).await.unwrap();
+        assert_eq!(s.dataplane().conntrack_cleanups.len(), 1);
+        // The UDP endpoint moves: one pass, after the real servers changed.
+        s.sync(&dns(&["10.244.0.2"]), false).await.unwrap();
+        let cleanups = s.dataplane().conntrack_cleanups.len();
+        let r = s.sync(&dns(&["10.244.0.3"]), false).await.unwrap();
+        assert!(!r.plan.is_empty());
+        let last = s.dataplane().conntrack_cleanups.last().unwrap().clone();
+        assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 1);
+        let vip: std::net::SocketAddr = "10.96.0.10:53".parse().unwrap();
+        assert!(last.is_stale(Protocol::Udp, vip, "10.244.0.2".parse().unwrap()));
+        assert!(!last.is_stale(Protocol::Udp, vip, "10.244.0.3".parse().unwrap()));
+        // No endpoint left: nothing to clean, and no pass.
+        s.sync(&dns(&[]), false).await.unwrap();
+        assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -388,6 +388,13 @@ impl Dataplane for Kernel {
         }
         Ok(applied)
     }
+
+    async fn clean_conntrack(
+        &mut self,
+        filter: &crate::model::conntrack::ConntrackFilter,
+    ) -> Result<Vec<super::conntrack::Cleaned>, Error> {
+        Ok(super::conntrack::clean(filter.clone()).await?)
+    }
 }
 
 impl Kernel {

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use super::conntrack::Cleaned;
 use super::{Applied, Dataplane, Error, Observation};
+use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::{KernelState, Set, VirtualServer};
 use crate::model::plan::{Op, Plan};
@@ -19,6 +21,8 @@ pub struct Memory {
     pub applied: Vec<Plan>,
     /// Number of `observe` calls.
     pub observed: usize,
+    /// The filter of every conntrack cleanup asked for.
+    pub conntrack_cleanups: Vec<ConntrackFilter>,
 }
 
 impl Memory {
@@ -158,5 +162,11 @@ impl Dataplane for Memory {
         }
         self.applied.push(plan.clone());
         Ok(applied)
+    }
+
+    async fn clean_conntrack(&mut self, filter: &ConntrackFilter) -> Result<Vec<Cleaned>, Error> {
+        // No conntrack table: only remember that a pass was asked for.
+        self.conntrack_cleanups.push(filter.clone());
+        Ok(Vec::new())
     }
 }

@@ -2,16 +2,19 @@
 //! [`Dataplane`] trait, so the sync loop can run against the real kernel or in memory.
 //!
 //! - [`link`][]: `kube-ipvs0` and the host's addresses (rtnetlink).
+//! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
 //! - [`sysctl`][]: `/proc/sys`.
 //! - [`memory`][]: an in-memory kernel for tests.
 
+pub mod conntrack;
 pub mod iptables;
 pub mod kernel;
 pub mod link;
 pub mod memory;
 pub mod sysctl;
 
+use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::KernelState;
 use crate::model::plan::Plan;
@@ -43,6 +46,12 @@ pub trait Dataplane {
     /// Applies `plan` in order. A failed operation does not stop the ones after it (another
     /// Service's changes must not wait on it); failures are reported in [`Applied::failed`].
     fn apply(&mut self, plan: &Plan) -> impl Future<Output = Result<Applied, Error>> + Send;
+    /// Deletes the UDP conntrack entries `filter` calls stale (kube-proxy's conntrack
+    /// reconciler), one report per family whose table was read.
+    fn clean_conntrack(
+        &mut self,
+        filter: &ConntrackFilter,
+    ) -> impl Future<Output = Result<Vec<conntrack::Cleaned>, Error>> + Send;
 }
 
 /// Errors at the kernel edge.
@@ -73,6 +82,9 @@ pub enum Error {
         /// Its error output.
         message: String,
     },
+    /// The conntrack cleanup failed.
+    #[error(transparent)]
+    Conntrack(#[from] conntrack::Error),
     /// A sysctl could not be written.
     #[error("sysctl {key}: {source}")]
     Sysctl {
