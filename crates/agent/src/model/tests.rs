@@ -281,89 +281,14 @@ fn two_services_wanting_one_virtual_server_keep_the_first() {
 
 /// Applies a plan to an in-memory kernel, the way the real dataplane would.
 fn apply(state: &mut KernelState, ops: &[Op]) {
+    let mut kernel = crate::dataplane::memory::Memory {
+        state: std::mem::take(state),
+        ..Default::default()
+    };
     for op in ops {
-        match op {
-            Op::CreateLink => state.link = true,
-            Op::SetSysctl { key, value } => {
-                state.sysctls.insert(key.clone(), value.clone());
-            }
-            Op::CreateSet { name, kind, family } => {
-                state.sets.insert(
-                    name.clone(),
-                    super::kernel::Set {
-                        kind: *kind,
-                        family: *family,
-                        entries: BTreeSet::new(),
-                    },
-                );
-            }
-            Op::AddEntries { set, entries } => state
-                .sets
-                .get_mut(set)
-                .unwrap()
-                .entries
-                .extend(entries.iter().copied()),
-            Op::DelEntries { set, entries } => {
-                for e in entries {
-                    state.sets.get_mut(set).unwrap().entries.remove(e);
-                }
-            }
-            Op::AddAddress(ip) => {
-                state.addresses.insert(*ip);
-            }
-            Op::DelAddress(ip) => {
-                state.addresses.remove(ip);
-            }
-            Op::WriteRules { family, rules, .. } => {
-                state.rules.insert(*family, rules.clone());
-            }
-            Op::AddService { key, service } => {
-                assert!(
-                    state.services.insert(*key, service.clone()).is_none(),
-                    "{key} added twice"
-                );
-            }
-            Op::UpdateService { key, service } => {
-                let vs = state.services.get_mut(key).unwrap();
-                let dests = std::mem::take(&mut vs.destinations);
-                *vs = VirtualServer {
-                    destinations: dests,
-                    ..service.clone()
-                };
-            }
-            Op::AddDestination {
-                key,
-                destination,
-                weight,
-            }
-            | Op::UpdateDestination {
-                key,
-                destination,
-                weight,
-            } => {
-                state
-                    .services
-                    .get_mut(key)
-                    .unwrap()
-                    .destinations
-                    .insert(*destination, *weight);
-            }
-            Op::DelDestination { key, destination } => {
-                state
-                    .services
-                    .get_mut(key)
-                    .unwrap()
-                    .destinations
-                    .remove(destination);
-            }
-            Op::DelService(key) => {
-                state.services.remove(key).unwrap();
-            }
-            Op::RemoveRules { .. } | Op::DestroySet(_) | Op::DeleteLink => {
-                unreachable!("not planned by plan()")
-            }
-        }
+        kernel.apply_op(op).unwrap_or_else(|e| panic!("{op}: {e}"));
     }
+    *state = kernel.state;
 }
 
 fn web(endpoints: &[&str]) -> super::cluster::Cluster {
