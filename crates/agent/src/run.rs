@@ -124,6 +124,9 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             took = ?report.duration,
             "synced once"
         );
+        for c in &report.conntrack {
+            info!(family = ?c.family, scanned = c.scanned, deleted = c.deleted, took = ?c.duration, "conntrack reconciled");
+        }
         return Ok(if report.applied.failed.is_empty() {
             ExitCode::SUCCESS
         } else {
@@ -228,6 +231,9 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         );
         metrics.observe_sync(&obs, report.full);
         metrics.destinations_draining(report.draining as u64);
+        for c in &report.conntrack {
+            metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
+        }
         *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
         metrics.service_changes(0, 0);
         metrics.endpoint_changes(0, 0);

@@ -898,3 +898,66 @@ fn a_removed_endpoint_drains_its_open_connection_then_goes() {
     let _ = agent.kill();
     let _ = agent.wait();
 }
+
+/// Sends one datagram from local port `source_port` to `addr` and waits up to `wait` for
+/// the answer: the same source port each time, so every call is one conntrack flow.
+fn ask_udp_from(source_port: u16, addr: SocketAddr, wait: Duration) -> Result<String, String> {
+    let s = std::net::UdpSocket::bind(("0.0.0.0", source_port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
+    s.send_to(b"?", addr)
+        .map_err(|e| format!("send {addr}: {e}"))?;
+    let mut buf = [0u8; 1500];
+    let (n, _) = s
+        .recv_from(&mut buf)
+        .map_err(|e| format!("recv {addr}: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf[..n]).trim().to_string())
+}
+
+#[test]
+fn a_udp_flow_moves_to_the_new_endpoint_at_once() {
+    let node = Node::new("ctudp", 2);
+    let dns = |pod: usize| service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(pod, "node-a")]);
+    node.write("dns.yaml", &dns(0));
+    node.once(&[]);
+    let vip: SocketAddr = "10.96.0.53:53".parse().unwrap();
+    let ask = || {
+        within(&node.outside, move || {
+            ask_udp_from(40053, vip, Duration::from_secs(2))
+        })
+    };
+    // One client flow (a fixed source port, as a resolver's) reaches pod A...
+    for _ in 0..3 {
+        assert_eq!(ask(), Ok(node.pods[0].name.clone()));
+    }
+    assert!(sh("conntrack -L -p udp --orig-port-src 40053 2>/dev/null").contains("10.244.0.2"));
+    // Entries the kernel does not end by itself (IPVS ends those of its own connections to a
+    // deleted real server, `expire_nodest_conn`): one to the VIP answered by A, to be deleted,
+    // and two to keep (answered by B; another port of the VIP).
+    let insert = |sport: u16, dport: u16, reply: &str| {
+        sh(&format!(
+            "conntrack -I -p udp -s 192.168.100.2 -d 10.96.0.53 --sport {sport} --dport {dport} \
+             --reply-src {reply} --reply-dst 192.168.100.2 --reply-port-src 5353 \
+             --reply-port-dst {sport} --timeout 120 2>&1"
+        ))
+    };
+    insert(41000, 53, "10.244.0.2");
+    insert(41001, 53, "10.244.0.3");
+    insert(41002, 54, "10.244.0.2");
+    let listed = || sh("conntrack -L -p udp -d 10.96.0.53 2>/dev/null");
+    assert!(listed().contains("sport=41000"), "{}", listed());
+    // ...the Service moves to pod B (A still runs, so only the agent can move the flow)...
+    node.write("dns.yaml", &dns(1));
+    let out = node.once(&[]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("conntrack reconciled"), "{log}");
+    let left = listed();
+    assert!(!left.contains("sport=41000"), "{left}");
+    assert!(
+        left.contains("sport=41001") && left.contains("sport=41002"),
+        "{left}"
+    );
+    // ...and the flow's very next datagram is answered by B: the entry to A was deleted
+    // (without that, IPVS drops it and only a later one reaches B, kube-proxy #71514).
+    assert_eq!(ask(), Ok(node.pods[1].name.clone()));
+    assert_eq!(ask(), Ok(node.pods[1].name.clone()));
+}

@@ -598,11 +598,11 @@ mod tests {
             Messages::new(&zero).collect::<Vec<_>>().as_slice(),
             [Err(_)]
         ));
-        // An entry whose tuple lacks ports (ICMP) or is cut inside an attribute: skipped.
+        // An entry cut at an attribute boundary is still one entry.
         let mut icmp = udp_flow();
         icmp.protocol = 1;
         let mut bytes = entry(&icmp, 1);
-        // Drop the last attribute's bytes but keep the framing consistent.
+        // Drop the last attribute (the timeout) and fix the length.
         let len = bytes.len() - 8;
         bytes.truncate(len);
         bytes[..4].copy_from_slice(&(len as u32).to_ne_bytes());
