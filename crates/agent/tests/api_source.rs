@@ -285,7 +285,7 @@ async fn watch_events_add_modify_and_delete() {
         ]
     );
 
-    // Modified: web's pod on node-b is replaced.
+    // Modified: web's pod on node-b is replaced; the old one drains at weight 0 (TCP).
     server.apply(slice(
         "web",
         "abc",
@@ -301,7 +301,7 @@ async fn watch_events_add_modify_and_delete() {
         ipvs_plan(&modified, &state_of(&added)),
         [
             "add 10.244.1.7:8080 to 10.96.0.10:80/tcp weight 1",
-            "remove 10.244.1.2:8080 from 10.96.0.10:80/tcp",
+            "set 10.244.1.2:8080 of 10.96.0.10:80/tcp weight 0",
         ]
     );
 
