@@ -223,12 +223,17 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         info!("shutting down; the kernel state stays in place");
     };
     sync::run(&mut syncer, snapshots, periods, shutdown, |report| {
-        let obs = SyncObservation::from_plan(
+        let mut obs = SyncObservation::from_plan(
             &report.plan,
             &report.applied,
             report.duration,
             SystemTime::now(),
         );
+        obs.drift_repaired = report.drift_repaired as u64;
+        for (family, (internal, external)) in &report.no_local_endpoints {
+            metrics.no_local_endpoints(*family, *internal, *external);
+        }
+        metrics.ipset_entries(report.set_sizes.iter().cloned());
         metrics.observe_sync(&obs, report.full);
         metrics.destinations_draining(report.draining as u64);
         for c in &report.conntrack {

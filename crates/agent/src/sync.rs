@@ -12,7 +12,7 @@
 //! counts were never read, or whose bound is near, the loop makes the next full sync come
 //! sooner than the period.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use crate::model::config::ProxyConfig;
 use crate::model::conntrack::{ConntrackFilter, conntrack_filter};
 use crate::model::desired::desired;
 use crate::model::drain::{DestinationKey, Draining};
-use crate::model::plan::{Plan, plan_draining};
+use crate::model::plan::{Op, Plan, plan_draining};
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +61,13 @@ pub struct Report {
     /// The conntrack cleanup passes of this sync, one per family (none when no UDP endpoint
     /// changed).
     pub conntrack: Vec<Cleaned>,
+    /// Operations of a full sync that repaired drift: the desired state had not changed since
+    /// the previous sync, so the kernel had been changed by someone else.
+    pub drift_repaired: usize,
+    /// Entries of each agent set after the sync.
+    pub set_sizes: Vec<(String, u64)>,
+    /// Per family, `(internal, external)` Local-policy Service ports without local endpoints.
+    pub no_local_endpoints: BTreeMap<crate::model::cluster::Family, (u64, u64)>,
 }
 
 /// Runs syncs against a dataplane.
@@ -77,6 +84,8 @@ pub struct Syncer<D> {
     unread: bool,
     /// The conntrack filter of the last cleanup; `None` before the first.
     conntrack: Option<ConntrackFilter>,
+    /// The desired state of the last sync, to tell drift from change.
+    last_desired: Option<crate::model::kernel::KernelState>,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -89,6 +98,7 @@ impl<D: Dataplane> Syncer<D> {
             draining: Draining::default(),
             unread: false,
             conntrack: None,
+            last_desired: None,
         }
     }
 
@@ -129,6 +139,23 @@ impl<D: Dataplane> Syncer<D> {
             &self.config.exclude_cidrs,
             &self.draining.expired(now, timeout),
         );
+        // With the desired state unchanged, what a full sync still changes was changed behind
+        // the agent's back (drains that end are not drift).
+        let drift_repaired = if full && self.last_desired.as_ref() == Some(&want.state) {
+            p.ops
+                .iter()
+                .filter(|op| {
+                    !matches!(
+                        op,
+                        Op::DelDestination { .. } | Op::UpdateDestination { weight: 0, .. }
+                    )
+                })
+                .count()
+        } else {
+            0
+        };
+        let no_local_endpoints = want.no_local_endpoints.clone();
+        self.last_desired = Some(want.state.clone());
         let mut warnings = want.conflicts;
         warnings.extend(p.warnings.iter().cloned());
         let applied = if p.is_empty() {
@@ -167,6 +194,19 @@ impl<D: Dataplane> Syncer<D> {
             draining: self.draining.len(),
             recheck_in: self.recheck_in(now),
             conntrack,
+            drift_repaired,
+            set_sizes: self
+                .shadow
+                .as_ref()
+                .map(|s| {
+                    s.state
+                        .sets
+                        .iter()
+                        .map(|(n, set)| (n.clone(), set.entries.len() as u64))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            no_local_endpoints,
         })
     }
 
@@ -401,6 +441,21 @@ mod tests {
                 .any(|o| matches!(o, Op::AddService { .. })),
             "{:?}",
             r.plan.ops
+        );
+        // Nothing in the cluster changed: the service and its real server were drift.
+        assert_eq!(r.drift_repaired, 2, "{:?}", r.plan.ops);
+        // A change of the cluster is not drift.
+        let r = s
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        assert_eq!(r.drift_repaired, 0);
+        assert!(
+            r.set_sizes
+                .iter()
+                .any(|(n, len)| n == "KUBE-CLUSTER-IP" && *len == 1),
+            "{:?}",
+            r.set_sizes
         );
     }
 

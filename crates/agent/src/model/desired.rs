@@ -68,6 +68,10 @@ pub struct Desired {
     pub owners: BTreeMap<VsKey, super::cluster::ServiceRef>,
     /// Conflicts found (two Services wanting one virtual server); the first one wins.
     pub conflicts: Vec<String>,
+    /// Per family, Service ports whose Local traffic policy found no endpoint on this node
+    /// while the cluster has some: `(internal, external)` (kube-proxy's
+    /// `sync_proxy_rules_no_local_endpoints_total`).
+    pub no_local_endpoints: BTreeMap<Family, (u64, u64)>,
 }
 
 /// Computes the kernel state for `cluster`.
@@ -271,6 +275,15 @@ impl Builder<'_> {
             for port in &service.ports {
                 let eps = port_endpoints(cluster, service, port, family, &topology);
                 let chosen = choose(&eps, topology.node_hints);
+                if !chosen.cluster.is_empty() && chosen.local.is_empty() {
+                    let counts = self.d.no_local_endpoints.entry(family).or_default();
+                    if itp_local {
+                        counts.0 += 1;
+                    }
+                    if etp_local {
+                        counts.1 += 1;
+                    }
+                }
                 let internal = if itp_local {
                     &chosen.local
                 } else {

@@ -770,3 +770,23 @@ fn health_check_node_ports_count_local_ready_endpoints() {
         vec![(32000, super::cluster::ServiceRef::new("default", "lb"), 1)]
     );
 }
+
+#[test]
+fn local_policies_without_local_endpoints_are_counted() {
+    let mut itp = svc("itp").cluster_ip("10.96.0.60").tcp(80);
+    itp.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    let etp = svc("etp")
+        .cluster_ip("10.96.0.61")
+        .tcp(80)
+        .node_port(30061)
+        .etp_local();
+    let c = cluster(
+        vec![itp, etp],
+        vec![
+            eps("itp", "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b"),
+            eps("etp", "", Protocol::Tcp, 8080).ready("10.244.1.3", "node-b"),
+        ],
+    );
+    let d = desired(&c, &config(), &host());
+    assert_eq!(d.no_local_endpoints.get(&Family::V4), Some(&(1, 1)));
+}
