@@ -15,7 +15,8 @@
 //!   thread connecting to `10.96.0.1:443` from the node until a real pod behind it answers),
 //!   one-endpoint changes, no-op full resyncs, the dump tools on the agent's state, peak RSS.
 //!
-//! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C]`; the child mode is
+//! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C[,C...]]` (one count
+//! of changes per size, the last repeating); the child mode is
 //! `scale agent N CHANGES`. Timings vary under emulation: compare the ratios, not the seconds.
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
+use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation};
 use kube_proxy_ipvs_agent::model::cluster::{
     Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
     ServiceRef, ServiceType, TrafficPolicy,
@@ -60,15 +62,21 @@ fn main() {
     }
     let mut sizes = vec![1000, 10000];
     let mut reps = 1;
-    let mut changes = 200;
+    let mut changes = vec![200];
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => {
                 sizes = vec![300];
-                changes = 20;
+                changes = vec![20];
             }
-            "--full" => sizes = vec![1000, 10000, 50000],
+            // Debug logs of the dataplane (group and worker timings) from the agent children.
+            "--log" => enable_logs(),
+            "--full" => {
+                sizes = vec![1000, 10000, 50000];
+                // A change costs seconds at 50000 under emulation.
+                changes = vec![200, 200, 50];
+            }
             "--sizes" => {
                 sizes = it
                     .next()
@@ -78,13 +86,20 @@ fn main() {
                     .collect()
             }
             "--reps" => reps = it.next().expect("--reps R").parse().expect("R"),
-            "--changes" => changes = it.next().expect("--changes C").parse().expect("C"),
+            "--changes" => {
+                changes = it
+                    .next()
+                    .expect("--changes C[,C...]")
+                    .split(',')
+                    .map(|s| s.parse().expect("a count"))
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
     }
     lab::guest::require_guest();
     let kernel = lab::guest::kernel_release();
-    eprintln!("bench: kernel {kernel}, sizes {sizes:?}, {reps} repetition(s), {changes} changes");
+    eprintln!("bench: kernel {kernel}, sizes {sizes:?}, {reps} repetition(s), changes {changes:?}");
     // A throwaway round first: the first use of each tool loads kernel modules (set types,
     // xtables matches, IPVS schedulers), which must not count against whoever runs first.
     let warm = raw_inputs(50, &{
@@ -94,10 +109,13 @@ fn main() {
     raw_run(&warm.dir);
     agent_run(50, 2);
     let mut rows = Vec::new();
-    for &n in &sizes {
-        rows.push(measure(n, reps, changes));
+    for (i, &n) in sizes.iter().enumerate() {
+        // One count per size, the last one repeating.
+        let c = changes[i.min(changes.len() - 1)];
+        rows.push(measure(n, reps, c));
+        // The table so far after every size: a long run that is stopped keeps what it has.
+        print_table(&kernel, &rows);
     }
-    print_table(&kernel, &rows);
 }
 
 // ---- the state ----
@@ -427,6 +445,33 @@ fn raw_run(dir: &Path) -> Raw {
 
 // ---- the agent, in a child process ----
 
+/// The real kernel, with the time of its last `apply` (the kernel side of a sync, without the
+/// pure stages).
+struct Timed {
+    kernel: Kernel,
+    last_apply: Duration,
+}
+
+impl Dataplane for Timed {
+    async fn observe(&mut self) -> Result<Observation, Error> {
+        self.kernel.observe().await
+    }
+
+    async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+        let t = Instant::now();
+        let r = self.kernel.apply(plan).await;
+        self.last_apply = t.elapsed();
+        r
+    }
+
+    async fn clean_conntrack(
+        &mut self,
+        filter: &kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter,
+    ) -> Result<Vec<kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned>, Error> {
+        self.kernel.clean_conntrack(filter).await
+    }
+}
+
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -456,8 +501,20 @@ fn p99(v: &mut [f64]) -> f64 {
 /// Tries `FIRST_VIP` from the node until a pod answers; returns the first answer's time.
 fn probe(stop: Arc<AtomicBool>, t0: Instant) -> Option<f64> {
     let vip: SocketAddr = FIRST_VIP.parse().unwrap();
+    let mut last = String::new();
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(mut s) = TcpStream::connect_timeout(&vip, Duration::from_millis(50)) {
+        let attempt = TcpStream::connect_timeout(&vip, Duration::from_millis(50));
+        if LOG.load(Ordering::Relaxed) {
+            let now = match &attempt {
+                Ok(_) => "connected".to_string(),
+                Err(e) => e.kind().to_string(),
+            };
+            if now != last {
+                eprintln!("probe: {:.3}s {now}", t0.elapsed().as_secs_f64());
+                last = now;
+            }
+        }
+        if let Ok(mut s) = attempt {
             let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
             let mut line = String::new();
             if BufReader::new(&mut s).read_line(&mut line).is_ok() && line.starts_with("api") {
@@ -469,8 +526,23 @@ fn probe(stop: Arc<AtomicBool>, t0: Instant) -> Option<f64> {
     None
 }
 
+/// Asks the agent children for debug logs (they read `SCALE_LOG`).
+fn enable_logs() {
+    LOG.store(true, Ordering::Relaxed);
+}
+
+static LOG: AtomicBool = AtomicBool::new(false);
+
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
+    if std::env::var_os("SCALE_LOG").is_some() {
+        LOG.store(true, Ordering::Relaxed);
+        tracing_subscriber::fmt()
+            .with_env_filter("kube_proxy_ipvs_agent=debug")
+            .with_writer(std::io::stderr)
+            .with_timer(tracing_subscriber::fmt::time::uptime())
+            .init();
+    }
     let _ns = Netns::fresh();
     node_interfaces();
     let _pods: Vec<Pod> = (0..E)
@@ -505,7 +577,13 @@ fn agent_child(n: usize, changes: usize) {
         )
         .await
         .expect("connect to the kernel");
-        Syncer::new(kernel, config.clone())
+        Syncer::new(
+            Timed {
+                kernel,
+                last_apply: Duration::ZERO,
+            },
+            config.clone(),
+        )
     });
     let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold sync");
     let cold = t0.elapsed().as_secs_f64();
@@ -530,7 +608,8 @@ fn agent_child(n: usize, changes: usize) {
 
     // One endpoint change at a time, with the full state programmed.
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
-    let (mut times, mut msgs, mut pure) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut times, mut msgs, mut pure, mut kernel) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let host = host();
     for c in 0..changes {
         let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
@@ -548,6 +627,7 @@ fn agent_child(n: usize, changes: usize) {
         let t = Instant::now();
         let r = rt.block_on(syncer.sync(&cluster, false)).expect("change");
         times.push(t.elapsed().as_secs_f64());
+        kernel.push(syncer.dataplane().last_apply.as_secs_f64());
         assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
         msgs.push(r.applied.messages as f64);
     }
@@ -555,8 +635,13 @@ fn agent_child(n: usize, changes: usize) {
     put("chg_p99", format!("{:.5}", p99(&mut times)));
     put("chg_msgs", format!("{}", median(&mut msgs)));
     put("chg_pure_med", format!("{:.5}", median(&mut pure)));
+    put("chg_kernel_med", format!("{:.5}", median(&mut kernel)));
+    put("chg_kernel_p99", format!("{:.5}", p99(&mut kernel)));
 
     // No-op full resyncs (the kernel read back, nothing to change).
+    // One full sync first: it deletes the real servers the changes left draining (weight 0,
+    // no connections), so the timed ones change nothing.
+    let _ = rt.block_on(syncer.sync(&cluster, true)).expect("resync");
     let mut noop = Vec::new();
     let mut noop_ops = 0;
     for _ in 0..3 {
@@ -600,7 +685,11 @@ impl Agent {
 
 fn agent_run(n: usize, changes: usize) -> Agent {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    if LOG.load(Ordering::Relaxed) {
+        cmd.env("SCALE_LOG", "1");
+    }
+    let mut child = cmd
         .args(["agent", &n.to_string(), &changes.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -692,16 +781,16 @@ fn print_table(kernel: &str, rows: &[Row]) {
     );
     let _ = writeln!(
         t,
-        "| N | VS / dests / addrs / set entries | T_raw (ipset + ip + iptables + ipvsadm) | T_agent cold | ratio | desired + plan (pure) | first service | share | change med / p99 (ms) | of which pure (ms) | no-op resync | T_dump (ipvsadm -Sn + ipset save + ip addr) | ratio | peak RSS (MiB) | bytes/Service | msgs cold / change | ip -batch addr vs route local |"
+        "| N | VS / dests / addrs / set entries | T_raw (ipset + ip + iptables + ipvsadm) | T_agent cold | ratio | desired + plan (pure) | first service | share | change med / p99 (ms) | of which pure / kernel apply med (ms) | kernel apply p99 (ms) | no-op resync | T_dump (ipvsadm -Sn + ipset save + ip addr) | ratio | peak RSS (MiB) | bytes/Service | msgs cold / change | ip -batch addr vs route local |"
     );
-    let _ = writeln!(t, "|{}", "---|".repeat(17));
+    let _ = writeln!(t, "|{}", "---|".repeat(18));
     for r in rows {
         let a = &r.agent;
         let rss = a.f("rss_cold");
         let first = a.f("first");
         let _ = writeln!(
             t,
-            "| {} | {} / {} / {} / {} | {:.2} ({:.2} + {:.2} + {:.2} + {:.2}) | {:.2} | {:.2} | {:.2} + {:.2} | {:.2} | {:.0}% | {:.2} / {:.2} | {:.2} | {:.2} | {:.2} ({:.2} + {:.2} + {:.2}) | {:.2} | {:.1} | {:.0} | {} / {} | {:.2} vs {:.2} |",
+            "| {} | {} / {} / {} / {} | {:.2} ({:.2} + {:.2} + {:.2} + {:.2}) | {:.2} | {:.2} | {:.2} + {:.2} | {:.2} | {:.0}% | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.2} | {:.2} ({:.2} + {:.2} + {:.2}) | {:.2} | {:.1} | {:.0} | {} / {} | {:.2} vs {:.2} |",
             r.n,
             r.inputs.services,
             r.inputs.destinations,
@@ -721,6 +810,8 @@ fn print_table(kernel: &str, rows: &[Row]) {
             1e3 * a.f("chg_med"),
             1e3 * a.f("chg_p99"),
             1e3 * a.f("chg_pure_med"),
+            1e3 * a.f("chg_kernel_med"),
+            1e3 * a.f("chg_kernel_p99"),
             a.f("noop"),
             a.f("dump_ipvsadm") + a.f("dump_ipset") + a.f("dump_ip"),
             a.f("dump_ipvsadm"),
@@ -740,10 +831,11 @@ fn print_table(kernel: &str, rows: &[Row]) {
     {
         let _ = writeln!(
             t,
-            "\nchange p99 at N={} / N={}: {:.2}; marginal RSS ({} -> {}): {:.0} bytes/Service; raw dump at N={} in the raw namespace: {:.2} s",
+            "\nchange p99 at N={} / N={}: {:.2} (kernel apply alone: {:.2}); marginal RSS ({} -> {}): {:.0} bytes/Service; raw dump at N={} in the raw namespace: {:.2} s",
             hi.n,
             lo.n,
             hi.agent.f("chg_p99") / lo.agent.f("chg_p99"),
+            hi.agent.f("chg_kernel_p99") / lo.agent.f("chg_kernel_p99"),
             lo.n,
             hi.n,
             (hi.agent.f("rss_cold") - lo.agent.f("rss_cold")) / (hi.n - lo.n) as f64,

@@ -3,13 +3,22 @@
 //! sysctls. Operations of one kind that follow each other in a plan travel together: IPVS
 //! changes in one netlink batch, set changes in libipset's restore mode, address changes
 //! concurrently.
+//!
+//! Additions of different kinds also overlap: a run of address bindings (slow: the kernel
+//! walks the link's address list for every insert) and a run of set-entry additions each go to
+//! a worker thread with its own socket while the plan goes on with the rules and the IPVS
+//! batch, which lets a cold sync use a second core and programs the first Services early.
+//! Every removal, and every operation that is not an addition, waits for the workers first, so
+//! "everything new is added before anything old is removed" still holds.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::channel::oneshot;
 use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags, ServiceKey};
+use std::time::Instant;
 use tracing::debug;
 
 use super::iptables::{self, Backend, Written};
@@ -23,6 +32,10 @@ use crate::model::kernel::{
 };
 use crate::model::plan::{Op, Plan};
 use crate::model::sets::{self, set_name};
+
+/// IPVS operations per batch: a batch holds every request encoded (twice for
+/// add-or-update), so a cold sync sends its tens of thousands in slices of this many.
+const IPVS_CHUNK: usize = 512;
 
 /// Destination dumps in flight while observing: the kernel runs one dump per socket at a time.
 const DUMP_CONCURRENCY: usize = 1;
@@ -157,20 +170,18 @@ impl Kernel {
         Ok(out)
     }
 
-    async fn apply_addresses(&mut self, ops: &[&Op], applied: &mut Applied) {
-        let index = match self.link_index {
-            Some(i) => i,
-            None => {
-                for op in ops {
-                    applied
-                        .failed
-                        .push((op.to_string(), format!("{LINK_NAME} does not exist")));
-                }
-                return;
+    /// The address jobs of `ops` (owned, so a worker can run them), or their failures when
+    /// `kube-ipvs0` is missing.
+    fn address_jobs(&self, ops: &[&Op], applied: &mut Applied) -> Option<(u32, Vec<AddressJob>)> {
+        let Some(index) = self.link_index else {
+            for op in ops {
+                applied
+                    .failed
+                    .push((op.to_string(), format!("{LINK_NAME} does not exist")));
             }
+            return None;
         };
-        // Owned jobs first: the stream's closure must not borrow the plan.
-        let jobs: Vec<(String, Option<IpAddr>, Option<Address>)> = ops
+        let jobs = ops
             .iter()
             .map(|op| match op {
                 Op::AddAddress(ip) => (op.to_string(), Some(*ip), None),
@@ -187,143 +198,289 @@ impl Kernel {
                 _ => (op.to_string(), None, None),
             })
             .collect();
-        let links = self.links.clone();
-        let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(jobs)
-            .map(|(text, add, del)| {
-                let links = links.clone();
-                async move {
-                    let r = match (add, del) {
-                        (Some(ip), _) => links.add_address(index, ip).await,
-                        (_, Some(a)) => links.del_address(&a).await,
-                        _ => Ok(()),
-                    };
-                    (text, r)
-                }
-            })
-            .buffer_unordered(64)
-            .collect()
-            .await;
-        applied.messages += results.len();
-        for (text, r) in results {
-            match r {
-                Ok(()) => applied.done += 1,
-                Err(e) => applied.failed.push((text, e.to_string())),
-            }
+        Some((index, jobs))
+    }
+
+    async fn apply_addresses(&mut self, ops: &[&Op], applied: &mut Applied) {
+        if let Some((index, jobs)) = self.address_jobs(ops, applied) {
+            merge(applied, run_addresses(&self.links, index, jobs).await);
         }
     }
 
+    /// Sends IPVS operations in batches of [`IPVS_CHUNK`]; an operation's text is made only
+    /// when it fails.
     async fn apply_ipvs(&self, ops: &[&Op], applied: &mut Applied) {
-        let mut batch = self.ipvs.batch();
-        let mut texts = Vec::new();
-        for op in ops {
-            match op {
-                Op::AddService { key, service } => {
-                    batch.add_service(&ipvs_service(key, service));
+        for chunk in ops.chunks(IPVS_CHUNK) {
+            let mut batch = self.ipvs.batch();
+            let mut queued: Vec<&Op> = Vec::with_capacity(chunk.len());
+            for op in chunk {
+                match op {
+                    Op::AddService { key, service } => {
+                        batch.add_service(&ipvs_service(key, service));
+                    }
+                    Op::UpdateService { key, service } => {
+                        batch.set_service(&ipvs_service(key, service));
+                    }
+                    Op::DelService(key) => {
+                        batch.del_service_if_exists(&ipvs_key(key));
+                    }
+                    Op::AddDestination {
+                        key,
+                        destination,
+                        weight,
+                    } => {
+                        batch.add_or_update_destination(
+                            &ipvs_key(key),
+                            &ipvs_destination(destination, *weight),
+                        );
+                    }
+                    Op::UpdateDestination {
+                        key,
+                        destination,
+                        weight,
+                    } => {
+                        batch.set_destination(
+                            &ipvs_key(key),
+                            &ipvs_destination(destination, *weight),
+                        );
+                    }
+                    Op::DelDestination { key, destination } => {
+                        batch.del_destination_if_exists(
+                            &ipvs_key(key),
+                            &destination.ip(),
+                            destination.port(),
+                        );
+                    }
+                    _ => continue,
                 }
-                Op::UpdateService { key, service } => {
-                    batch.set_service(&ipvs_service(key, service));
-                }
-                Op::DelService(key) => {
-                    batch.del_service_if_exists(&ipvs_key(key));
-                }
-                Op::AddDestination {
-                    key,
-                    destination,
-                    weight,
-                } => {
-                    batch.add_or_update_destination(
-                        &ipvs_key(key),
-                        &ipvs_destination(destination, *weight),
-                    );
-                }
-                Op::UpdateDestination {
-                    key,
-                    destination,
-                    weight,
-                } => {
-                    batch.set_destination(&ipvs_key(key), &ipvs_destination(destination, *weight));
-                }
-                Op::DelDestination { key, destination } => {
-                    batch.del_destination_if_exists(
-                        &ipvs_key(key),
-                        &destination.ip(),
-                        destination.port(),
-                    );
-                }
-                _ => continue,
+                queued.push(op);
             }
-            texts.push(op.to_string());
-        }
-        match batch.send().await {
-            Ok(outcome) => {
-                applied.messages += texts.len();
-                for (text, r) in texts.into_iter().zip(outcome.into_results()) {
-                    match r {
-                        Ok(()) => applied.done += 1,
-                        Err(e) => applied.failed.push((text, e.to_string())),
+            match batch.send().await {
+                Ok(outcome) => {
+                    applied.messages += queued.len();
+                    for (op, r) in queued.iter().zip(outcome.into_results()) {
+                        match r {
+                            Ok(()) => applied.done += 1,
+                            Err(e) => applied.failed.push((op.to_string(), e.to_string())),
+                        }
                     }
                 }
-            }
-            Err(e) => {
-                for text in texts {
-                    applied.failed.push((text, e.to_string()));
+                Err(e) => {
+                    for op in queued {
+                        applied.failed.push((op.to_string(), e.to_string()));
+                    }
                 }
             }
         }
     }
 
     fn apply_sets(&self, ops: &[&Op], applied: &mut Applied) {
-        let mut lib_ops: Vec<ipset::Op> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
-        let mut bad: Vec<(String, String)> = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
-            match to_ipset_ops(op) {
-                Ok(v) => {
-                    owner.extend(std::iter::repeat_n(i, v.len()));
-                    lib_ops.extend(v);
-                }
-                Err(e) => bad.push((op.to_string(), e)),
+        merge(applied, run_sets(set_job(ops)));
+    }
+}
+
+/// An address operation ready to run: its text, the address to add or the address to delete.
+type AddressJob = (String, Option<IpAddr>, Option<Address>);
+
+/// Runs address jobs, 64 requests in flight on `links`.
+async fn run_addresses(links: &Links, index: u32, jobs: Vec<AddressJob>) -> Applied {
+    let mut applied = Applied::default();
+    let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(jobs)
+        .map(|(text, add, del)| {
+            let links = links.clone();
+            async move {
+                let r = match (add, del) {
+                    (Some(ip), _) => links.add_address(index, ip).await,
+                    (_, Some(a)) => links.del_address(&a).await,
+                    _ => Ok(()),
+                };
+                (text, r)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    applied.messages += results.len();
+    for (text, r) in results {
+        match r {
+            Ok(()) => applied.done += 1,
+            Err(e) => applied.failed.push((text, e.to_string())),
+        }
+    }
+    applied
+}
+
+/// Set operations converted for libipset, with the plan operation each came from.
+struct SetJob {
+    /// The plan operations' texts.
+    texts: Vec<String>,
+    /// The library's operations.
+    lib_ops: Vec<ipset::Op>,
+    /// For each library operation, the index of its plan operation.
+    owner: Vec<usize>,
+    /// Plan operations that could not be converted.
+    bad: Vec<(String, String)>,
+}
+
+fn set_job(ops: &[&Op]) -> SetJob {
+    let mut job = SetJob {
+        texts: ops.iter().map(|op| op.to_string()).collect(),
+        lib_ops: Vec::new(),
+        owner: Vec::new(),
+        bad: Vec::new(),
+    };
+    for (i, op) in ops.iter().enumerate() {
+        match to_ipset_ops(op) {
+            Ok(v) => {
+                job.owner.extend(std::iter::repeat_n(i, v.len()));
+                job.lib_ops.extend(v);
+            }
+            Err(e) => job.bad.push((op.to_string(), e)),
+        }
+    }
+    job
+}
+
+/// Applies set operations in libipset's restore mode, going on after a failed one.
+fn run_sets(job: SetJob) -> Applied {
+    let SetJob {
+        texts,
+        lib_ops,
+        owner,
+        bad,
+    } = job;
+    let mut applied = Applied::default();
+    let mut failed_ops = vec![None::<String>; texts.len()];
+    match ipset::Session::new() {
+        Err(e) => {
+            for f in failed_ops.iter_mut() {
+                *f = Some(e.to_string());
             }
         }
-        let mut failed_ops = vec![None::<String>; ops.len()];
-        match ipset::Session::new() {
-            Err(e) => {
-                for f in failed_ops.iter_mut() {
-                    *f = Some(e.to_string());
-                }
-            }
-            Ok(mut session) => {
-                // Adding what exists and removing what is missing are not errors here: the
-                // agent converges, it does not insist.
-                session.set_exist(true);
-                let mut start = 0;
-                while start < lib_ops.len() {
-                    match session.apply(&lib_ops[start..]) {
-                        Ok(()) => break,
-                        Err(ipset::Error::Batch { index, source }) => {
-                            let at = start + index;
-                            failed_ops[owner[at]].get_or_insert_with(|| source.to_string());
-                            start = at + 1;
+        Ok(mut session) => {
+            // Adding what exists and removing what is missing are not errors here: the
+            // agent converges, it does not insist.
+            session.set_exist(true);
+            let mut start = 0;
+            while start < lib_ops.len() {
+                match session.apply(&lib_ops[start..]) {
+                    Ok(()) => break,
+                    Err(ipset::Error::Batch { index, source }) => {
+                        let at = start + index;
+                        failed_ops[owner[at]].get_or_insert_with(|| source.to_string());
+                        start = at + 1;
+                    }
+                    Err(e) => {
+                        for i in owner[start..].iter() {
+                            failed_ops[*i].get_or_insert_with(|| e.to_string());
                         }
-                        Err(e) => {
-                            for i in owner[start..].iter() {
-                                failed_ops[*i].get_or_insert_with(|| e.to_string());
-                            }
-                            break;
-                        }
+                        break;
                     }
                 }
             }
         }
-        applied.messages += lib_ops.len().div_ceil(64).max(1);
-        for (op, failed) in ops.iter().zip(failed_ops) {
-            match failed {
-                None => applied.done += 1,
-                Some(e) => applied.failed.push((op.to_string(), e)),
+    }
+    applied.messages += lib_ops.len().div_ceil(64).max(1);
+    for (text, failed) in texts.into_iter().zip(failed_ops) {
+        match failed {
+            None => applied.done += 1,
+            Some(e) => applied.failed.push((text, e)),
+        }
+    }
+    applied.failed.extend(bad);
+    applied
+}
+
+/// Adds `more` to `applied`.
+fn merge(applied: &mut Applied, more: Applied) {
+    applied.done += more.done;
+    applied.messages += more.messages;
+    applied.failed.extend(more.failed);
+}
+
+/// Work running on a worker thread while the plan goes on.
+struct Worker {
+    what: &'static str,
+    /// The operations' texts, to report them failed if the worker dies.
+    texts: Vec<String>,
+    result: oneshot::Receiver<Applied>,
+}
+
+impl Worker {
+    /// Starts `work` on a thread (which inherits the caller's network namespace). `None` when
+    /// no thread can be started: the caller then runs the work itself.
+    fn start(
+        what: &'static str,
+        texts: Vec<String>,
+        work: impl FnOnce() -> Applied + Send + 'static,
+    ) -> Option<Worker> {
+        let (tx, rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name(format!("kernel-{what}"))
+            .spawn(move || {
+                let _ = tx.send(work());
+            })
+            .ok()?;
+        Some(Worker {
+            what,
+            texts,
+            result: rx,
+        })
+    }
+
+    async fn finish(self, applied: &mut Applied) {
+        let t = Instant::now();
+        match self.result.await {
+            Ok(more) => merge(applied, more),
+            Err(_) => {
+                for text in self.texts {
+                    applied
+                        .failed
+                        .push((text, format!("the {} worker stopped", self.what)));
+                }
             }
         }
-        applied.failed.extend(bad);
+        debug!(what = self.what, waited = ?t.elapsed(), "worker joined");
     }
+}
+
+/// Binds addresses on a worker thread with a runtime and an rtnetlink socket of its own.
+fn address_worker(index: u32, jobs: Vec<AddressJob>) -> Applied {
+    let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
+    let fail = |e: String| Applied {
+        failed: texts.iter().map(|t| (t.clone(), e.clone())).collect(),
+        ..Applied::default()
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(e.to_string()),
+    };
+    rt.block_on(async {
+        match Links::connect() {
+            Ok(links) => run_addresses(&links, index, jobs).await,
+            Err(e) => fail(e.to_string()),
+        }
+    })
+}
+
+/// True for operations that only add or update and may run while other additions are in
+/// flight on workers.
+fn overlaps(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::AddService { .. }
+            | Op::UpdateService { .. }
+            | Op::AddDestination { .. }
+            | Op::UpdateDestination { .. }
+            | Op::WriteRules { .. }
+            | Op::SetSysctl { .. }
+            | Op::CreateSet { .. }
+            | Op::AddEntries { .. }
+            | Op::AddAddress(_)
+    )
 }
 
 impl Dataplane for Kernel {
@@ -348,8 +505,12 @@ impl Dataplane for Kernel {
         let host = Host {
             addresses: Links::local_addresses(&interfaces, &addresses),
         };
+        let t = Instant::now();
         state.services = self.observe_services().await?;
+        debug!(services = state.services.len(), elapsed = ?t.elapsed(), "observed IPVS");
+        let t = Instant::now();
         state.sets = self.observe_sets()?;
+        debug!(elapsed = ?t.elapsed(), "observed sets");
         for family in &self.families {
             let seen = iptables::read(self.backend, *family)?;
             state
@@ -362,6 +523,7 @@ impl Dataplane for Kernel {
 
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
         let mut applied = Applied::default();
+        let mut workers: Vec<Worker> = Vec::new();
         let mut i = 0;
         while i < plan.ops.len() {
             let kind = op_kind(&plan.ops[i]);
@@ -370,12 +532,59 @@ impl Dataplane for Kernel {
                 j += 1;
             }
             let group: Vec<&Op> = plan.ops[i..j].iter().collect();
+            i = j;
+            if !group.iter().all(|op| overlaps(op)) {
+                // A removal (or a one-off) waits for every addition before it.
+                for w in workers.drain(..) {
+                    w.finish(&mut applied).await;
+                }
+            }
+            let t = Instant::now();
             match kind {
                 Kind::Ipvs => self.apply_ipvs(&group, &mut applied).await,
-                Kind::Sets => self.apply_sets(&group, &mut applied),
-                Kind::Addresses => self.apply_addresses(&group, &mut applied).await,
+                Kind::Sets => {
+                    // Sets are created here (the rules name them); their entries may follow
+                    // on a worker when the group only adds.
+                    let split = group
+                        .iter()
+                        .position(|op| !matches!(op, Op::CreateSet { .. }))
+                        .unwrap_or(group.len());
+                    let (create, rest) = group.split_at(split);
+                    if !create.is_empty() {
+                        self.apply_sets(create, &mut applied);
+                    }
+                    let background =
+                        rest.len() > 1 && rest.iter().all(|op| matches!(op, Op::AddEntries { .. }));
+                    let job = set_job(rest);
+                    let texts = job.texts.clone();
+                    if background
+                        && let Some(w) = Worker::start("sets", texts, move || run_sets(job))
+                    {
+                        workers.push(w);
+                    } else if !rest.is_empty() {
+                        self.apply_sets(rest, &mut applied);
+                    }
+                }
+                Kind::Addresses => {
+                    let adds_only = group.iter().all(|op| matches!(op, Op::AddAddress(_)));
+                    match self.address_jobs(&group, &mut applied) {
+                        Some((index, jobs)) if adds_only && jobs.len() > 1 => {
+                            let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
+                            match Worker::start("addresses", texts, move || {
+                                address_worker(index, jobs)
+                            }) {
+                                Some(w) => workers.push(w),
+                                None => self.apply_addresses(&group, &mut applied).await,
+                            }
+                        }
+                        Some((index, jobs)) => {
+                            merge(&mut applied, run_addresses(&self.links, index, jobs).await);
+                        }
+                        None => {}
+                    }
+                }
                 Kind::One => {
-                    for op in group {
+                    for op in group.iter() {
                         match self.apply_one(op).await {
                             Ok(()) => applied.done += 1,
                             Err(e) => applied.failed.push((op.to_string(), e.to_string())),
@@ -384,7 +593,10 @@ impl Dataplane for Kernel {
                     }
                 }
             }
-            i = j;
+            debug!(?kind, ops = group.len(), elapsed = ?t.elapsed(), "applied a group");
+        }
+        for w in workers {
+            w.finish(&mut applied).await;
         }
         Ok(applied)
     }
