@@ -39,6 +39,10 @@ pub struct Args {
     /// Remove everything the agent owns, and nothing else, then exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// Only set up the host (sysctls, IPVS timeouts, conntrack limits) and exit: for a
+    /// privileged init container, so that the agent itself runs with CAP_NET_ADMIN only.
+    #[arg(long)]
+    pub init_only: bool,
     /// How long a removed TCP real server may drain at weight 0 before it is deleted even
     /// with connections left (kube-proxy has no bound); 0s deletes at once.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]

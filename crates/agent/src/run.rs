@@ -106,6 +106,14 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         .context("cannot reach the kernel's IPVS (is the ip_vs module loaded?)")?;
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
     host_setup(&settings, &kernel).await;
+    if args.init_only {
+        for (key, value) in sysctls(&config) {
+            sysctl::write(&key, &value).with_context(|| format!("--init-only: sysctl {key}"))?;
+        }
+        info!("host set up (--init-only)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    probe_scheduler(&kernel, &config.scheduler).await?;
     let mut syncer = Syncer::new(kernel, config.clone());
 
     if args.once {
@@ -134,6 +142,9 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         });
     }
 
+    if let Some(path) = args.config.clone() {
+        tokio::spawn(exit_on_config_change(path));
+    }
     // Health and metrics.
     let metrics = Arc::new(Metrics::new(&config.families));
     let health = Health::new(&config.families, kp.health_timeout());
@@ -308,6 +319,49 @@ fn load(path: &Path, node: &str) -> anyhow::Result<Cluster> {
     let loaded =
         manifests::load(path, node).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(loaded.cluster)
+}
+
+/// Checks that the kernel knows the scheduler, as kube-proxy does at start: a probe virtual
+/// server on TEST-NET-2 (198.51.100.0:20000) is made with it and deleted. Skipped when a
+/// virtual server already uses it. An unknown scheduler is a clear error, not a failure per
+/// Service at every sync.
+async fn probe_scheduler(kernel: &Kernel, scheduler: &str) -> anyhow::Result<()> {
+    use ipvs_netlink::{Scheduler, Service, ServiceKey};
+    let ipvs = kernel.ipvs();
+    let services = ipvs
+        .services()
+        .list()
+        .await
+        .context("cannot list IPVS services")?;
+    if services.iter().any(|s| s.scheduler.name() == scheduler) {
+        return Ok(());
+    }
+    let key = ServiceKey::tcp(std::net::Ipv4Addr::new(198, 51, 100, 0).into(), 20000);
+    let probe = Service::new(key, Scheduler::from_name(scheduler));
+    match ipvs.services().add(&probe).await {
+        Ok(()) => {
+            let _ = ipvs.services().del_if_exists(&key).await;
+            Ok(())
+        }
+        Err(e) if e.is_exists() => Ok(()),
+        Err(e) => bail!(
+            "the kernel refused IPVS scheduler {scheduler:?} ({e}): is the module ip_vs_{scheduler} available? (--ipvs-scheduler / ipvs.scheduler)"
+        ),
+    }
+}
+
+/// kube-proxy exits when its configuration file changes, so that its DaemonSet restarts it
+/// with the new one; so does the agent. Polls the file every few seconds.
+async fn exit_on_config_change(path: std::path::PathBuf) {
+    let stamp = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let first = stamp(&path);
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if stamp(&path) != first {
+            warn!(path = %path.display(), "the configuration file changed; exiting to be restarted with it");
+            std::process::exit(0);
+        }
+    }
 }
 
 /// What kube-proxy sets up once at start: IPVS timeouts, conntrack sysctls, OOM score.

@@ -961,3 +961,37 @@ fn a_udp_flow_moves_to_the_new_endpoint_at_once() {
     assert_eq!(ask(), Ok(node.pods[1].name.clone()));
     assert_eq!(ask(), Ok(node.pods[1].name.clone()));
 }
+
+#[test]
+fn an_unknown_scheduler_is_refused_at_start_and_init_only_sets_up_the_host() {
+    let node = Node::new("probe", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let out = node
+        .command(&["--once", "--ipvs-scheduler", "nosuch"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("\"nosuch\"") && log.contains("ip_vs_nosuch"),
+        "{log}"
+    );
+    assert_eq!(
+        sh("ipvsadm -Sn"),
+        "",
+        "nothing is programmed with a bad scheduler"
+    );
+
+    sh("sysctl -qw net.ipv4.vs.conntrack=0");
+    let out = node.command(&["--init-only"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sh("sysctl -n net.ipv4.vs.conntrack").trim(), "1");
+    assert_eq!(sh("ipvsadm -Sn"), "", "--init-only programs no Service");
+}
