@@ -62,7 +62,8 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         });
     }
 
-    // The source: manifests, or the API server.
+    // The source: manifests, or the API server (which also tells the Node's lifecycle).
+    let mut lifecycle: Option<watch::Receiver<api::NodeLifecycle>> = None;
     let mut snapshots = match &args.manifests {
         Some(path) => manifest_source(path.clone(), settings.node_name.clone())?,
         None => {
@@ -85,9 +86,12 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
                 tokio::spawn(async move { crate::k8s::events::node_starting(c, &node).await });
             }
             let (tx, rx) = watch::channel(None);
-            let node = settings.node_name.clone();
+            let (life_tx, life_rx) = watch::channel(api::NodeLifecycle::default());
+            lifecycle = Some(life_rx);
+            let watches =
+                api::Watches::new(client, settings.node_name.clone()).node_lifecycle(life_tx);
             tokio::spawn(async move {
-                if let Err(e) = api::run(client, node, tx).await {
+                if let Err(e) = watches.run(tx).await {
                     warn!(error = %e, "the API source stopped");
                 }
             });
@@ -149,6 +153,24 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::new(&config.families));
     let health = Health::new(&config.families, kp.health_timeout());
     health.updated();
+    // A Node being deleted or drained by the autoscaler is no longer eligible (/healthz 503).
+    if let Some(mut life) = lifecycle.take() {
+        let h = health.clone();
+        tokio::spawn(async move {
+            loop {
+                let l = *life.borrow_and_update();
+                let taints: &[&str] = if l.to_be_deleted {
+                    &[api::TO_BE_DELETED_TAINT]
+                } else {
+                    &[]
+                };
+                h.sync_node(l.deleting, taints);
+                if life.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
     if let Some(addr) = kp.healthz_address() {
         let (h, m, hard) = (health.clone(), metrics.clone(), kp.bind_address_hard_fail);
         tokio::spawn(async move {
