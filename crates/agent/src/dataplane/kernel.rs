@@ -553,6 +553,19 @@ impl Dataplane for Kernel {
                     if !create.is_empty() {
                         self.apply_sets(create, &mut applied);
                     }
+                    // Claims on virtual servers must be in the kernel before the servers
+                    // are made (a crash in between must not leave an unowned server): when
+                    // the entries go to a worker, the ownership set's stay here.
+                    let only_adds = rest.iter().all(|op| matches!(op, Op::AddEntries { .. }));
+                    let (claims, rest): (Vec<&Op>, Vec<&Op>) = if only_adds {
+                        rest.iter().partition(|op| is_claim(op))
+                    } else {
+                        (Vec::new(), rest.to_vec())
+                    };
+                    if !claims.is_empty() {
+                        self.apply_sets(&claims, &mut applied);
+                    }
+                    let rest = rest.as_slice();
                     let background =
                         rest.len() > 1 && rest.iter().all(|op| matches!(op, Op::AddEntries { .. }));
                     let job = set_job(rest);
@@ -649,6 +662,12 @@ impl Kernel {
             }),
         }
     }
+}
+
+/// Whether `op` adds claims to the ownership set (`KUBE-IPVS-OWNED`, `KUBE-6-IPVS-OWNED`).
+fn is_claim(op: &Op) -> bool {
+    matches!(op, Op::AddEntries { set, .. }
+        if [Family::V4, Family::V6].iter().any(|f| *set == crate::model::sets::set_name(&crate::model::sets::OWNED, *f)))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
