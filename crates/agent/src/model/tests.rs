@@ -790,3 +790,33 @@ fn local_policies_without_local_endpoints_are_counted() {
     let d = desired(&c, &config(), &host());
     assert_eq!(d.no_local_endpoints.get(&Family::V4), Some(&(1, 1)));
 }
+
+#[test]
+fn ipvs_sysctls_and_strict_arp() {
+    let plain = super::desired::sysctls(&config());
+    for key in [
+        "net/ipv4/vs/conntrack",
+        "net/ipv4/vs/expire_nodest_conn",
+        "net/ipv4/vs/expire_quiescent_template",
+        "net/ipv4/ip_forward",
+    ] {
+        assert_eq!(plain.get(key).map(String::as_str), Some("1"), "{key}");
+    }
+    assert!(!plain.contains_key("net/ipv4/conf/all/arp_ignore"));
+    let strict = super::desired::sysctls(&super::config::ProxyConfig {
+        strict_arp: true,
+        ..config()
+    });
+    assert_eq!(
+        strict
+            .get("net/ipv4/conf/all/arp_ignore")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        strict
+            .get("net/ipv4/conf/all/arp_announce")
+            .map(String::as_str),
+        Some("2")
+    );
+}
