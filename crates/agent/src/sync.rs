@@ -343,64 +343,21 @@ pub async fn run<D: Dataplane>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::{
-        Endpoint, EndpointPort, EndpointSlice, Family, Protocol, Service, ServicePort, ServiceRef,
-        ServiceType, TrafficPolicy,
-    };
+    use crate::model::cluster::Protocol;
+    use crate::model::fixtures::{cluster, eps, svc};
     use crate::model::plan::Op;
 
+    /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
     fn web(endpoints: &[&str]) -> Cluster {
-        let id = ServiceRef::new("default", "web");
-        let mut c = Cluster::default();
-        c.services.insert(
-            id.clone(),
-            Service {
-                id: id.clone(),
-                kind: ServiceType::ClusterIp,
-                cluster_ips: vec!["10.96.0.10".parse().unwrap()],
-                ports: vec![ServicePort {
-                    name: String::new(),
-                    protocol: Protocol::Tcp,
-                    port: 80,
-                    node_port: None,
-                }],
-                external_ips: vec![],
-                load_balancer_ips: vec![],
-                session_affinity: None,
-                external_traffic_policy: TrafficPolicy::Cluster,
-                internal_traffic_policy: TrafficPolicy::Cluster,
-                health_check_node_port: None,
-                load_balancer_source_ranges: vec![],
-                scheduler: None,
-            },
-        );
-        c.slices.insert(
-            ("default".into(), "web-1".into()),
-            EndpointSlice {
-                name: "web-1".into(),
-                service: id,
-                family: Family::V4,
-                ports: vec![EndpointPort {
-                    name: String::new(),
-                    protocol: Protocol::Tcp,
-                    port: 8080,
-                }],
-                endpoints: endpoints
-                    .iter()
-                    .map(|a| Endpoint {
-                        address: a.parse().unwrap(),
-                        ready: true,
-                        serving: true,
-                        terminating: false,
-                        node_name: Some("other".into()),
-                        zone: None,
-                        zone_hints: vec![],
-                        node_hints: vec![],
-                    })
-                    .collect(),
-            },
-        );
-        c
+        let slice = endpoints
+            .iter()
+            .fold(eps("web", "", Protocol::Tcp, 8080), |s, a| {
+                s.ready(a, "other")
+            });
+        cluster(
+            vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
+            vec![slice],
+        )
     }
 
     #[tokio::test]

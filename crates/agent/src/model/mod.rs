@@ -14,6 +14,6 @@ pub mod plan;
 pub mod sets;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
