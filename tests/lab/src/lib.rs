@@ -13,6 +13,7 @@
 //! - [`guest`]: helpers for the tests themselves, inside the guest (a fresh network
 //!   namespace per test, shell helpers, named namespaces for pods and clients).
 //! - [`net`]: pods on a bridge answering with their names, clients, TCP and UDP probes.
+//! - [`report`]: the summary table of what tests tried and lost, printed after the tests.
 //!
 //! # Writing a kernel test
 //! A package declares a test target named `lab` that only builds with its `lab` feature, so
@@ -45,6 +46,7 @@ pub mod guest;
 pub mod image;
 pub mod net;
 pub mod payload;
+pub mod report;
 pub mod suite;
 pub mod vm;
 

@@ -116,6 +116,7 @@ pub fn run(image: &Image, build: &Build, test_args: &[String], config: &Config) 
             args = args.join(" "),
         ));
     }
+    script.push_str(&crate::report::print_script());
     script.push_str("exit $rc\n");
     payload.add_data("/lab/run", 0o755, script)?;
     vm::run(image, &payload, config, |line| println!("{line}"))

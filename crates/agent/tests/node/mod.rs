@@ -1,0 +1,282 @@
+//! One lab node for the agent's kernel tests: a network namespace with pods on a bridge, an
+//! outside client facing the node address, manifests in a directory and the real agent binary;
+//! plus the manifests and kernel-state readers the tests share.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use lab::guest::{NamedNetns, Netns, sh};
+use lab::net::{Pod, ask_tcp, bridge, client, within};
+
+use crate::fake_apiserver;
+
+/// The agent binary under test.
+pub const AGENT: &str = env!("CARGO_BIN_EXE_kube-proxy-ipvs");
+/// The node's address, facing the outside client.
+pub const NODE_IP: &str = "192.168.100.1";
+
+/// One node: its namespace, pods, an outside client and a manifest directory.
+pub struct Node {
+    _ns: Netns,
+    /// The manifest directory the agent reads.
+    pub dir: PathBuf,
+    /// The pods, 10.244.0.2 upwards.
+    pub pods: Vec<Pod>,
+    /// The outside client's namespace.
+    pub outside: NamedNetns,
+}
+
+impl Node {
+    /// A node with `pods` pods (10.244.0.2, .3, ...) answering on 8080 and 5353.
+    pub fn new(test: &str, pods: usize) -> Node {
+        let ns = Netns::fresh();
+        sh("modprobe br_netfilter && sysctl -qw net.bridge.bridge-nf-call-iptables=1");
+        bridge("10.244.0.1");
+        let pods = (0..pods)
+            .map(|i| {
+                Pod::start(
+                    &format!("{test}-p{i}"),
+                    &format!("10.244.0.{}", i + 2),
+                    "10.244.0.1",
+                    &[8080, 5353],
+                )
+            })
+            .collect();
+        let outside = client(&format!("{test}-out"), NODE_IP, "192.168.100.2");
+        let dir = std::env::temp_dir().join(format!("agent-lab-{test}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Node {
+            _ns: ns,
+            dir,
+            pods,
+            outside,
+        }
+    }
+
+    pub fn write(&self, file: &str, yaml: &str) {
+        std::fs::write(self.dir.join(file), yaml).unwrap();
+    }
+
+    pub fn remove(&self, file: &str) {
+        std::fs::remove_file(self.dir.join(file)).unwrap();
+    }
+
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(AGENT);
+        c.arg("--manifests")
+            .arg(&self.dir)
+            .args(["--hostname-override", "node-a"]);
+        if !extra.contains(&"--cluster-cidr") {
+            c.args(["--cluster-cidr", "10.244.0.0/16"]);
+        }
+        c.args(extra);
+        c
+    }
+
+    /// Runs the agent with `--once` and panics with its output unless it succeeds.
+    pub fn once(&self, extra: &[&str]) -> Output {
+        let out = self
+            .command(&[&["--once"], extra].concat())
+            .output()
+            .expect("run the agent");
+        assert!(
+            out.status.success(),
+            "agent failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    pub fn spawn(&self, extra: &[&str]) -> Child {
+        self.command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the agent")
+    }
+
+    pub fn ask_from_outside(&self, addr: &str) -> Result<String, String> {
+        let addr: SocketAddr = addr.parse().unwrap();
+        within(&self.outside, move || ask_tcp(addr))
+    }
+
+    pub fn ask_from_pod(&self, pod: usize, addr: &str) -> Result<String, String> {
+        let addr: SocketAddr = addr.parse().unwrap();
+        within(&self.pods[pod].ns, move || ask_tcp(addr))
+    }
+}
+
+/// A Service and its EndpointSlice, as YAML. `endpoints` are (pod index, node name).
+pub fn service(
+    name: &str,
+    cluster_ip: &str,
+    extra_spec: &str,
+    proto: &str,
+    port: u16,
+    target: u16,
+    endpoints: &[(usize, &str)],
+) -> String {
+    let eps: String = endpoints
+        .iter()
+        .map(|(i, node)| {
+            format!(
+                "  - {{addresses: [10.244.0.{}], nodeName: {node}}}\n",
+                i + 2
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: t}}\n\
+         spec:\n  clusterIP: {cluster_ip}\n{extra_spec}  ports: [{{name: p, protocol: {proto}, port: {port}, targetPort: {target}}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}-x, namespace: t, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+         addressType: IPv4\nports: [{{name: p, protocol: {proto}, port: {target}}}]\nendpoints:\n{eps}"
+    )
+}
+
+pub fn node_port_service(
+    name: &str,
+    cluster_ip: &str,
+    node_port: u16,
+    endpoints: &[(usize, &str)],
+) -> String {
+    service(
+        name,
+        cluster_ip,
+        "  type: NodePort\n",
+        "TCP",
+        80,
+        8080,
+        endpoints,
+    )
+    .replace(
+        "targetPort: 8080}]",
+        &format!("targetPort: 8080, nodePort: {node_port}}}]"),
+    )
+}
+
+pub fn names(n: usize, f: impl Fn() -> Result<String, String>) -> Vec<String> {
+    (0..n)
+        .map(|i| f().unwrap_or_else(|e| panic!("request {i}: {e}")))
+        .collect()
+}
+
+/// Runs the fake API server on its own thread (in the test's namespace) until dropped.
+pub struct ApiServer {
+    /// The server's address.
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ApiServer {
+    /// Starts the server holding `objects`.
+    pub fn start(objects: Vec<serde_json::Value>) -> ApiServer {
+        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let server = fake_apiserver::FakeApiServer::start().await;
+                for o in objects {
+                    server.apply(o);
+                }
+                url_tx.send(server.url()).unwrap();
+                let _ = stopped.await;
+            });
+        });
+        let url = url_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("fake API server started");
+        ApiServer {
+            url,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kernel state that matters, in a comparable form: virtual servers, set contents and
+/// headers (without the random hash seed), our rules.
+pub fn kernel_state() -> String {
+    let mut ipvs: Vec<String> = sh("ipvsadm -Sn").lines().map(str::to_string).collect();
+    ipvs.sort();
+    let mut sets: Vec<String> = sh("ipset save")
+        .lines()
+        .map(|l| l.split(" initval ").next().unwrap_or(l).to_string())
+        .collect();
+    sets.sort();
+    let rules: Vec<String> = sh("iptables-save")
+        .lines()
+        .filter(|l| l.contains("KUBE-"))
+        .map(str::to_string)
+        .collect();
+    format!(
+        "{}\n--\n{}\n--\n{}\n--\n{}",
+        ipvs.join("\n"),
+        sets.join("\n"),
+        rules.join("\n"),
+        sh("ip -br addr show kube-ipvs0")
+    )
+}
+
+/// GETs `path` from `addr` and returns the status code and body.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// `n` ClusterIP Services `s0..` on 10.97.x.y:80 with one endpoint each, as one manifest.
+pub fn many_services(n: usize, skip: Option<usize>) -> String {
+    (0..n)
+        .filter(|i| Some(*i) != skip)
+        .map(|i| {
+            service(
+                &format!("s{i}"),
+                &format!("10.97.{}.{}", i / 250, i % 250 + 1),
+                "",
+                "TCP",
+                80,
+                8080,
+                &[(0, "node-a")],
+            ) + "\n---\n"
+        })
+        .collect()
+}
