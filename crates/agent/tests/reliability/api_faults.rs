@@ -1,0 +1,1 @@
+//! Reliability: api_faults (being written).

@@ -1,0 +1,1 @@
+//! Reliability: bad_input (being written).

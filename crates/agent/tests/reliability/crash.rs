@@ -1,0 +1,1 @@
+//! Reliability: crash (being written).

@@ -1,0 +1,1 @@
+//! Reliability: drift (being written).

@@ -1,0 +1,1 @@
+//! Reliability: injection (being written).

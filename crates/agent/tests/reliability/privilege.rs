@@ -1,0 +1,1 @@
+//! Reliability: privilege (being written).

@@ -1,0 +1,1 @@
+//! Reliability: refusals (being written).

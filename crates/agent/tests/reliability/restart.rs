@@ -1,0 +1,1 @@
+//! Reliability: restart (being written).
