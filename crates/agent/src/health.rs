@@ -32,6 +32,7 @@ pub struct ProxyHealth {
     last_updated: BTreeMap<Family, SystemTime>,
     oldest_queued: BTreeMap<Family, SystemTime>,
     node_eligible: bool,
+    blocked: Option<String>,
 }
 
 /// One health verdict.
@@ -53,6 +54,7 @@ impl ProxyHealth {
             last_updated: BTreeMap::new(),
             oldest_queued: BTreeMap::new(),
             node_eligible: true,
+            blocked: None,
         }
     }
 
@@ -73,6 +75,18 @@ impl ProxyHealth {
         self.node_eligible = !deleting && !taint_keys.contains(&TO_BE_DELETED_TAINT);
     }
 
+    /// The sync loop cannot program the kernel at all (`Some(why)`), or can again (`None`).
+    /// While it cannot, the proxy is unhealthy at once, whatever the timeout, and the
+    /// `/healthz` and `/livez` bodies carry the reason as `"error"`.
+    pub fn set_blocked(&mut self, reason: Option<&str>) {
+        self.blocked = reason.map(str::to_string);
+    }
+
+    /// Why the kernel cannot be programmed at all, if it cannot.
+    pub fn blocked(&self) -> Option<&str> {
+        self.blocked.as_deref()
+    }
+
     /// Whether the node may receive load-balancer traffic.
     pub fn node_eligible(&self) -> bool {
         self.node_eligible
@@ -80,8 +94,15 @@ impl ProxyHealth {
 
     /// kube-proxy's `isHealthy`: only families that have synced at least once are judged;
     /// one is unhealthy when a sync queued since its last success has waited `timeout`.
+    /// The agent also is unhealthy while it cannot program the kernel at all.
     pub fn verdict(&self, now: SystemTime) -> Verdict {
         let mut latest: Option<SystemTime> = None;
+        if self.blocked.is_some() {
+            return Verdict {
+                healthy: false,
+                last_updated: self.last_updated.values().max().copied(),
+            };
+        }
         for (family, updated) in &self.last_updated {
             latest = latest.max(Some(*updated));
             if let Some(queued) = self.oldest_queued.get(family)
@@ -109,10 +130,11 @@ impl ProxyHealth {
         (
             if healthy { 200 } else { 503 },
             format!(
-                "{{\"lastUpdated\": {},\"currentTime\": {}, \"nodeEligible\": {}}}",
+                "{{\"lastUpdated\": {},\"currentTime\": {}, \"nodeEligible\": {}{}}}",
                 go_time_json(last),
                 go_time_json(Some(now)),
-                self.node_eligible
+                self.node_eligible,
+                self.error_field()
             ),
         )
     }
@@ -124,11 +146,26 @@ impl ProxyHealth {
         (
             if v.healthy { 200 } else { 503 },
             format!(
-                "{{\"lastUpdated\": {},\"currentTime\": {}}}",
+                "{{\"lastUpdated\": {},\"currentTime\": {}{}}}",
                 go_time_json(last),
-                go_time_json(Some(now))
+                go_time_json(Some(now)),
+                self.error_field()
             ),
         )
+    }
+}
+
+impl ProxyHealth {
+    /// `, "error": "..."` while blocked (JSON-escaped), else nothing: kube-proxy's shape is
+    /// kept for a healthy agent.
+    fn error_field(&self) -> String {
+        match &self.blocked {
+            Some(reason) => format!(
+                ", \"error\": {}",
+                serde_json::to_string(reason).unwrap_or_else(|_| "\"?\"".into())
+            ),
+            None => String::new(),
+        }
     }
 }
 
@@ -207,6 +244,11 @@ impl Health {
         for f in &self.families {
             s.updated(*f, now);
         }
+    }
+
+    /// See [`ProxyHealth::set_blocked`].
+    pub fn set_blocked(&self, reason: Option<&str>) {
+        self.lock().set_blocked(reason);
     }
 
     /// The Node changed: see [`ProxyHealth::sync_node`].
@@ -548,6 +590,28 @@ mod tests {
             assert_eq!(h.healthz(t(*now)).0, *healthz, "{name}: healthz");
             assert_eq!(h.livez(t(*now)).0, *livez, "{name}: livez");
         }
+    }
+
+    #[test]
+    fn a_blocked_agent_is_unhealthy_at_once_and_says_why_until_unblocked() {
+        let mut h = ProxyHealth::new(Duration::from_secs(60));
+        h.updated(Family::V4, t(0));
+        h.set_blocked(Some("add service TCP 10.96.0.1:443 \"fo\": no such scheduler"));
+        let (code, body) = h.healthz(t(1));
+        assert_eq!(code, 503);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["error"],
+            "add service TCP 10.96.0.1:443 \"fo\": no such scheduler"
+        );
+        assert_eq!(v["lastUpdated"], "2023-11-14 22:13:20 +0000 UTC");
+        let (code, body) = h.livez(t(1));
+        assert_eq!(code, 503);
+        assert!(body.contains("\"error\""), "{body}");
+        h.set_blocked(None);
+        let (code, body) = h.healthz(t(2));
+        assert_eq!(code, 200);
+        assert!(!body.contains("error"), "{body}");
     }
 
     #[test]

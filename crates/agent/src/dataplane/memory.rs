@@ -23,6 +23,11 @@ pub struct Memory {
     pub observed: usize,
     /// The filter of every conntrack cleanup asked for.
     pub conntrack_cleanups: Vec<ConntrackFilter>,
+    /// Operations the kernel refuses: those whose description contains one of these (as
+    /// a kernel without some scheduler module refuses its virtual servers).
+    pub refuse: Vec<String>,
+    /// When set, reading the kernel fails with this message (as without the IPVS module).
+    pub unavailable: Option<String>,
 }
 
 impl Memory {
@@ -139,6 +144,12 @@ impl Memory {
 impl Dataplane for Memory {
     async fn observe(&mut self) -> Result<Observation, Error> {
         self.observed += 1;
+        if let Some(message) = &self.unavailable {
+            return Err(Error::Netlink {
+                what: "list IPVS services".into(),
+                message: message.clone(),
+            });
+        }
         let mut state = self.state.clone();
         // The kernel reports counts for every real server: none recorded means none open.
         for vs in state.services.values_mut() {
@@ -155,6 +166,11 @@ impl Dataplane for Memory {
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
         let mut applied = Applied::default();
         for op in &plan.ops {
+            let text = op.to_string();
+            if self.refuse.iter().any(|p| text.contains(p.as_str())) {
+                applied.failed.push((text, "refused".into()));
+                continue;
+            }
             match self.apply_op(op) {
                 Ok(()) => applied.done += 1,
                 Err(e) => applied.failed.push((op.to_string(), e)),

@@ -1,1 +1,332 @@
-//! Reliability: refusals (being written).
+//! Kernel refusals: a scheduler whose module is missing, an ipset at its maxelem. The agent
+//! logs a clear error once, retries with backoff, stays up and healthy for what it could
+//! program, and `/healthz` says so when it cannot program anything; once the kernel accepts
+//! again, it converges without a restart.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lab::guest::{sh, try_sh};
+use lab::report::Row;
+
+use crate::node::{Node, http_get, service};
+
+/// Serializes the tests that hide a kernel module (modules are global to the VM).
+static MODULES: Mutex<()> = Mutex::new(());
+
+/// A scheduler no other test uses, so hiding its module disturbs nothing else.
+const SCHEDULER: &str = "fo";
+
+/// Moves `ip_vs_<name>`'s module file away (unloading it first), so that neither the agent
+/// nor the kernel's `request_module` can load it; puts it back when dropped.
+struct HiddenModule {
+    file: String,
+    hidden: String,
+}
+
+impl HiddenModule {
+    fn hide(name: &str) -> HiddenModule {
+        let module = format!("ip_vs_{name}");
+        let file = sh(&format!(
+            "find /lib/modules/$(uname -r) -name '{module}.ko*' | head -1"
+        ))
+        .trim()
+        .to_string();
+        assert!(!file.is_empty(), "no {module} module in the image");
+        let _ = try_sh(&format!("modprobe -r {module}"));
+        assert!(
+            !std::fs::read_to_string("/proc/modules")
+                .unwrap()
+                .lines()
+                .any(|l| l.starts_with(&format!("{module} "))),
+            "{module} is still loaded (in use?)"
+        );
+        let hidden = format!("/tmp/{module}.hidden");
+        std::fs::rename(&file, &hidden).unwrap();
+        HiddenModule { file, hidden }
+    }
+
+    fn restore(&self) {
+        if Path::new(&self.hidden).exists() {
+            std::fs::rename(&self.hidden, &self.file).unwrap();
+        }
+    }
+}
+
+impl Drop for HiddenModule {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
+/// The agent as a daemon with /healthz on 127.0.0.1:10256, its log in a file.
+struct Daemon {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(node: &Node, name: &str, extra: &[&str]) -> Daemon {
+        let log = std::env::temp_dir().join(format!("refusals-{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut args = vec![
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+            "--ipvs-sync-period",
+            "30s",
+            "--ipvs-min-sync-period",
+            "1s",
+        ];
+        args.extend_from_slice(extra);
+        let child = node
+            .command(&args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start the agent");
+        Daemon { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The number of log lines containing every one of `parts`.
+    fn lines_with(&self, parts: &[&str]) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| parts.iter().all(|p| l.contains(p)))
+            .count()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    fn healthz(&self) -> Option<(u16, String)> {
+        std::panic::catch_unwind(|| http_get("127.0.0.1:10256", "/healthz")).ok()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 200 ms until it holds, for at most `limit`; returns how long it took.
+fn until(limit: Duration, what: &str, log: impl Fn() -> String, f: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not within {limit:?}; agent log:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    start.elapsed()
+}
+
+fn has_vs(vip: &str) -> bool {
+    sh("ipvsadm -Sn").contains(vip)
+}
+
+#[test]
+fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_default() {
+    let _modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut row = Row::new("kernel refusal", "scheduler module missing");
+    let node = Node::new("refuse-mod", 2);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let annotated = service("fo", "10.96.0.11", "", "TCP", 80, 8080, &[(1, "node-a")]).replace(
+        "metadata: {name: fo, namespace: t}",
+        &format!(
+            "metadata: {{name: fo, namespace: t, annotations: {{kube-proxy-ipvs.io/scheduler: {SCHEDULER}}}}}"
+        ),
+    );
+    assert!(annotated.contains("annotations"));
+    node.write("fo.yaml", &annotated);
+    let hidden = HiddenModule::hide(SCHEDULER);
+
+    // 1. One Service asks for the missing scheduler: the others are served, /healthz is 200,
+    // the refusal is logged once and retried with backoff.
+    let mut agent = Daemon::start(&node, "per-service", &[]);
+    let log = || agent.log();
+    until(Duration::from_secs(30), "web programmed", log, || {
+        has_vs("10.96.0.10:80")
+    });
+    let watched = Instant::now();
+    std::thread::sleep(Duration::from_secs(12));
+    let window = watched.elapsed();
+    assert!(agent.alive(), "the agent died:\n{}", agent.log());
+    assert_eq!(
+        node.ask_from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
+    assert!(!has_vs("10.96.0.11:80"));
+    let (code, body) = agent.healthz().expect("/healthz answers");
+    assert_eq!(code, 200, "healthy for what it could program: {body}");
+    let refusals = agent.lines_with(&["the kernel refused", "10.96.0.11:80"]);
+    assert_eq!(refusals, 1, "logged once:\n{}", agent.log());
+    assert!(
+        agent.lines_with(&[
+            "10.96.0.11:80",
+            &format!("module ip_vs_{SCHEDULER} available")
+        ]) == 1,
+        "the error names the scheduler:\n{}",
+        agent.log()
+    );
+    // Passes with a failure: at 0, 1, 3, 7 (and 15) s with backoff; 12 or more without.
+    let attempts = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains(" synced ") && !l.contains("failed=0"))
+        .count();
+    assert!(
+        (2..=6).contains(&attempts),
+        "{attempts} attempts in {window:?}:\n{}",
+        agent.log()
+    );
+    // The module comes back: the next retry programs the Service, no restart needed.
+    hidden.restore();
+    let took = until(
+        Duration::from_secs(40),
+        "fo programmed after the module returned",
+        || agent.log(),
+        || has_vs("10.96.0.11:80"),
+    );
+    assert_eq!(
+        node.ask_from_outside("10.96.0.11:80"),
+        Ok(node.pods[1].name.clone())
+    );
+    assert!(
+        agent.lines_with(&["no longer failing"]) >= 1,
+        "{}",
+        agent.log()
+    );
+    drop(agent);
+    row.tried(format!(
+        "annotation scheduler {SCHEDULER} without ip_vs_{SCHEDULER}: {attempts} attempts in {window:.0?} (backoff), logged once"
+    ));
+
+    // 2. The default scheduler is the missing one: nothing can be programmed; the agent
+    // stays up and /healthz is 503 with the reason, until the module returns.
+    let out = node.command(&["--cleanup"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hidden = HiddenModule::hide(SCHEDULER);
+    node.remove("fo.yaml");
+    let mut agent = Daemon::start(&node, "default", &["--ipvs-scheduler", SCHEDULER]);
+    until(
+        Duration::from_secs(30),
+        "/healthz 503 with the reason",
+        || agent.log(),
+        || matches!(agent.healthz(), Some((503, body)) if body.contains("\"error\"") && body.contains(SCHEDULER)),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(agent.alive(), "the agent must stay up:\n{}", agent.log());
+    assert!(!has_vs("10.96.0.10:80"));
+    assert_eq!(
+        agent.lines_with(&["cannot program the kernel at all"]),
+        1,
+        "logged once:\n{}",
+        agent.log()
+    );
+    hidden.restore();
+    let recovered = until(
+        Duration::from_secs(40),
+        "recovered after the module returned",
+        || agent.log(),
+        || has_vs("10.96.0.10:80") && matches!(agent.healthz(), Some((200, _))),
+    );
+    assert_eq!(
+        node.ask_from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
+    row.lost(format!(
+        "0 other Services disturbed; per-Service: programmed {took:.1?} after the module returned; default: /healthz 503 with the reason, 200 again {recovered:.1?} after"
+    ));
+}
+
+#[test]
+fn an_ipset_at_its_maxelem_fails_its_entries_only() {
+    let mut row = Row::new("kernel refusal", "ipset at maxelem");
+    let node = Node::new("refuse-full", 1);
+    const N: usize = 8;
+    for i in 0..N {
+        node.write(
+            &format!("s{i}.yaml"),
+            &service(
+                &format!("s{i}"),
+                &format!("10.96.1.{}", i + 1),
+                "",
+                "TCP",
+                80,
+                8080,
+                &[(0, "node-a")],
+            ),
+        );
+    }
+    // Someone made the set before us, the right type but far too small.
+    sh("ipset create KUBE-CLUSTER-IP hash:ip,port maxelem 3");
+    let mut agent = Daemon::start(&node, "full", &[]);
+    until(
+        Duration::from_secs(30),
+        "every Service programmed",
+        || agent.log(),
+        || (0..N).all(|i| has_vs(&format!("10.96.1.{}:80", i + 1))),
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(agent.alive(), "the agent died:\n{}", agent.log());
+    // The Services whose entry fits are served; the others are refused by KUBE-IPVS-FILTER
+    // (their VIP:port is in no allowed set), as with kube-proxy.
+    let fits: Vec<usize> = (0..N)
+        .filter(|i| {
+            sh(&format!(
+                "ipset test KUBE-CLUSTER-IP 10.96.1.{},tcp:80 2>/dev/null && echo y || true",
+                i + 1
+            ))
+            .contains('y')
+        })
+        .collect();
+    assert_eq!(fits.len(), 3, "the set holds what fits");
+    for i in &fits {
+        assert_eq!(
+            node.ask_from_outside(&format!("10.96.1.{}:80", i + 1)),
+            Ok(node.pods[0].name.clone()),
+            "{}",
+            agent.log()
+        );
+    }
+    let (code, body) = agent.healthz().expect("/healthz answers");
+    assert_eq!(code, 200, "{body}");
+    let refusals = agent.lines_with(&["the kernel refused", "KUBE-CLUSTER-IP"]);
+    assert_eq!(refusals, 1, "logged once:\n{}", agent.log());
+    let log = agent.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("the kernel refused") && l.contains("KUBE-CLUSTER-IP"))
+        .unwrap();
+    assert!(
+        line.to_lowercase().contains("full") || line.contains("maxelem"),
+        "the error says the set is full: {line}"
+    );
+    row.tried(format!(
+        "KUBE-CLUSTER-IP made beforehand with maxelem 3, {N} Services"
+    ));
+    row.lost(format!(
+        "the {} Services that fit served, /healthz 200, logged once: {}",
+        fits.len(),
+        line.split("error=").nth(1).unwrap_or(line).trim()
+    ));
+}

@@ -1,0 +1,383 @@
+//! What the sync loop does when the kernel refuses: retry with exponential backoff, log each
+//! distinct failure once (and once more when it ends), and tell "some objects failed" (the
+//! agent stays healthy for what it could program) from "nothing can be programmed" (`/healthz`
+//! says so).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::model::kernel::VsKey;
+use crate::model::plan::Op;
+
+use super::Report;
+
+/// Exponential backoff between retries of a failing sync: `base`, then twice as long after
+/// each consecutive failing sync, at most `max`; back to `base` after a sync without failure.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    /// A backoff from `base` (at least 1 s) up to `max` (at least `base`).
+    pub fn new(base: Duration, max: Duration) -> Self {
+        let base = base.max(Duration::from_secs(1));
+        Self {
+            base,
+            max: max.max(base),
+            failures: 0,
+        }
+    }
+
+    /// A sync failed: how long to wait before the next retry.
+    pub fn failed(&mut self) -> Duration {
+        let delay = self
+            .base
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(self.max);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    /// A sync had no failure: the next failure waits `base` again.
+    pub fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Consecutive failing syncs.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+/// The failures of one sync, as `(what, error)` pairs: each failed operation, or the error
+/// that stopped the whole sync.
+pub type Failures = Vec<(String, String)>;
+
+/// How the failures of a sync compare with those of the previous one.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FailureChanges {
+    /// Failures not seen at the previous sync (or with another error): log them.
+    pub new: Failures,
+    /// Failures seen at the previous sync too, with the same error: already logged.
+    pub repeated: usize,
+    /// What failed at the previous sync and did not fail at this one.
+    pub ended: Vec<String>,
+}
+
+/// Remembers the failures of the last sync, so that a failure retried at every sync is logged
+/// once, not at every retry.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    last: BTreeMap<String, String>,
+}
+
+impl FailureLog {
+    /// Records the failures of a sync and says what changed since the previous one.
+    pub fn update(&mut self, now: Failures) -> FailureChanges {
+        let now: BTreeMap<String, String> = now.into_iter().collect();
+        let mut changes = FailureChanges::default();
+        for (what, error) in &now {
+            if self.last.get(what) == Some(error) {
+                changes.repeated += 1;
+            } else {
+                changes.new.push((what.clone(), error.clone()));
+            }
+        }
+        changes.ended = self
+            .last
+            .keys()
+            .filter(|w| !now.contains_key(*w))
+            .cloned()
+            .collect();
+        self.last = now;
+        changes
+    }
+}
+
+/// The failed operations of a sync, as `(operation, error)` strings, explained where the
+/// kernel's answer alone is cryptic. The real servers of a virtual server that could not be
+/// made are left out: their failure is that one.
+pub fn failures(report: &Report) -> Failures {
+    let failed = failed_ops(report);
+    let missing: Vec<&VsKey> = failed
+        .iter()
+        .filter_map(|(op, _)| match op {
+            Op::AddService { key, .. } => Some(key),
+            _ => None,
+        })
+        .collect();
+    let mut out: Failures = failed
+        .iter()
+        .filter(|(op, _)| match op {
+            Op::AddDestination { key, .. } | Op::UpdateDestination { key, .. } => {
+                !missing.contains(&key)
+            }
+            _ => true,
+        })
+        .map(|(op, e)| (failure_key(op), explain(op, e)))
+        .collect();
+    // Failures the plan does not name (none expected) are kept as they are.
+    if failed.len() < report.applied.failed.len() {
+        let named: Vec<String> = failed.iter().map(|(op, _)| op.to_string()).collect();
+        out.extend(
+            report
+                .applied
+                .failed
+                .iter()
+                .filter(|(op, _)| !named.contains(op))
+                .cloned(),
+        );
+    }
+    out
+}
+
+/// What failed, named the same way at every retry: an operation's description, but for set
+/// entries, whose count changes from one retry to the next, only the set.
+fn failure_key(op: &Op) -> String {
+    match op {
+        Op::AddEntries { set, .. } => format!("add entries to {set}"),
+        Op::DelEntries { set, .. } => format!("remove entries from {set}"),
+        _ => op.to_string(),
+    }
+}
+
+/// The kernel's error for `op`, with what it means when that is not obvious: IPVS answers
+/// ENOENT ("not found") to a virtual server whose scheduler it cannot load.
+fn explain(op: &Op, error: &str) -> String {
+    match op {
+        Op::AddService { service, .. } | Op::UpdateService { service, .. }
+            if error.contains("not found") || error.contains("No such file") =>
+        {
+            let name = service.scheduler.to_string();
+            format!(
+                "{error}: the kernel has no IPVS scheduler {name:?} (is the module ip_vs_{name} available?)"
+            )
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// The operations of the plan that failed, with their errors.
+fn failed_ops(report: &Report) -> Vec<(&Op, &str)> {
+    let errors: BTreeMap<&str, &str> = report
+        .applied
+        .failed
+        .iter()
+        .map(|(op, e)| (op.as_str(), e.as_str()))
+        .collect();
+    report
+        .plan
+        .ops
+        .iter()
+        .filter_map(|op| errors.get(op.to_string().as_str()).map(|e| (op, *e)))
+        .collect()
+}
+
+/// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
+/// `None` when it could program something: every desired virtual server is missing and its
+/// creation failed, or the rules could not be written. `desired` is the number of virtual
+/// servers the desired state holds.
+pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
+    if report.applied.failed.is_empty() {
+        return None;
+    }
+    let failed = failed_ops(report);
+    if let Some((op, e)) = failed
+        .iter()
+        .find(|(op, _)| matches!(op, Op::WriteRules { .. }))
+    {
+        return Some(format!("{op}: {}", explain(op, e)));
+    }
+    if !report.full || desired == 0 {
+        return None;
+    }
+    let failed_adds: Vec<_> = failed
+        .iter()
+        .filter(|(op, _)| matches!(op, Op::AddService { .. }))
+        .copied()
+        .collect();
+    if failed_adds.len() >= desired {
+        let (op, e) = failed_adds[0];
+        return Some(format!(
+            "no virtual server could be made ({} of {desired} failed), e.g. {op}: {}",
+            failed_adds.len(),
+            explain(op, e)
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_bound_and_restarts_after_success() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        let delays: Vec<u64> = (0..7).map(|_| b.failed().as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(b.failures(), 7);
+        b.succeeded();
+        assert_eq!(b.failed(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn backoff_never_waits_less_than_a_second_nor_overflows() {
+        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(b.failed(), Duration::from_secs(1));
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::MAX);
+        for _ in 0..100 {
+            b.failed();
+        }
+        assert_eq!(b.failed(), Duration::from_secs(1 << 16));
+    }
+
+    fn pair(what: &str, error: &str) -> (String, String) {
+        (what.to_string(), error.to_string())
+    }
+
+    #[test]
+    fn a_failure_is_new_once_then_repeated_until_it_ends() {
+        let mut log = FailureLog::default();
+        let first = log.update(vec![pair("add a", "ENOENT"), pair("add b", "full")]);
+        assert_eq!(first.new.len(), 2);
+        let second = log.update(vec![pair("add a", "ENOENT"), pair("add b", "other")]);
+        assert_eq!(second.new, vec![pair("add b", "other")]);
+        assert_eq!(second.repeated, 1);
+        assert!(second.ended.is_empty());
+        let third = log.update(vec![pair("add b", "other")]);
+        assert_eq!(third.ended, vec!["add a".to_string()]);
+        assert!(third.new.is_empty());
+        assert_eq!(log.update(Vec::new()).ended, vec!["add b".to_string()]);
+    }
+}
+
+#[cfg(test)]
+mod loop_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+
+    use super::super::{Periods, Syncer, run};
+    use crate::dataplane::memory::Memory;
+    use crate::model::cluster::Protocol;
+    use crate::model::fixtures::{cluster, config, eps, svc};
+
+    /// Runs the loop on two Services (10.96.0.10 and .11) for `secs` of paused time over a
+    /// kernel that refuses the operations containing one of `refuse`; returns the number of
+    /// syncs, the last `on_blocked` verdict and the kernel.
+    async fn run_for(
+        secs: u64,
+        refuse: &[&str],
+        unavailable: Option<&str>,
+    ) -> (usize, Vec<Option<String>>, Memory) {
+        let c = cluster(
+            vec![
+                svc("web").cluster_ip("10.96.0.10").tcp(80),
+                svc("api").cluster_ip("10.96.0.11").tcp(80),
+            ],
+            vec![
+                eps("web", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a"),
+                eps("api", "", Protocol::Tcp, 8080).ready("10.244.0.3", "node-a"),
+            ],
+        );
+        let (_tx, rx) = watch::channel(Some(Arc::new(c)));
+        let memory = Memory {
+            refuse: refuse.iter().map(|s| s.to_string()).collect(),
+            unavailable: unavailable.map(str::to_string),
+            ..Memory::default()
+        };
+        let mut syncer = Syncer::new(memory, config());
+        let periods = Periods {
+            sync: Duration::from_secs(30),
+            min_sync: Duration::from_secs(1),
+        };
+        let mut syncs = 0;
+        let mut blocked = Vec::new();
+        run(
+            &mut syncer,
+            rx,
+            periods,
+            tokio::time::sleep(Duration::from_secs(secs)),
+            |_| syncs += 1,
+            |b| blocked.push(b.map(str::to_string)),
+        )
+        .await;
+        (blocked.len(), blocked, syncer.dataplane().clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_refused_service_is_retried_with_backoff_and_the_agent_stays_unblocked() {
+        let (passes, blocked, kernel) = run_for(62, &["10.96.0.11"], None).await;
+        // Retries at 1, 2, 4, 8, 16 and 30 s after each failing pass: t = 0, 1, 3, 7, 15, 31, 61.
+        assert_eq!(passes, 7, "{blocked:?}");
+        assert!(blocked.iter().all(Option::is_none), "{blocked:?}");
+        assert_eq!(
+            kernel.state.services.len(),
+            1,
+            "the good Service is programmed"
+        );
+        assert_eq!(kernel.observed, 7, "every retry reads the kernel again");
+    }
+
+    #[tokio::test]
+    async fn a_refused_virtual_server_is_one_failure_explained() {
+        let c = cluster(
+            vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
+            vec![eps("web", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a")],
+        );
+        let memory = Memory {
+            refuse: vec!["10.96.0.10:80".into()],
+            ..Memory::default()
+        };
+        let mut syncer = Syncer::new(memory, config());
+        let mut report = syncer.sync(&c, true).await.unwrap();
+        // The in-memory kernel says "refused"; IPVS says "not found".
+        for (_, e) in &mut report.applied.failed {
+            *e = "not found".into();
+        }
+        let f = super::failures(&report);
+        assert_eq!(f.len(), 1, "the real server's failure is folded: {f:?}");
+        assert!(f[0].0.starts_with("add service 10.96.0.10:80"), "{f:?}");
+        assert!(
+            f[0].1.ends_with(
+                "the kernel has no IPVS scheduler \"rr\" (is the module ip_vs_rr available?)"
+            ),
+            "{f:?}"
+        );
+        assert!(
+            report.applied.failed.len() >= 2,
+            "{:?}",
+            report.applied.failed
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kernel_that_refuses_every_service_blocks_the_agent() {
+        let (_, blocked, kernel) = run_for(10, &["add service"], None).await;
+        let last = blocked.last().cloned().flatten().expect("blocked");
+        assert!(
+            last.contains("no virtual server could be made (2 of 2 failed)"),
+            "{last}"
+        );
+        assert!(kernel.state.services.is_empty());
+        assert!(kernel.state.link, "what can be made is made");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreadable_kernel_blocks_the_agent_and_is_retried_with_backoff() {
+        let (passes, blocked, kernel) = run_for(20, &[], Some("Object not found")).await;
+        assert_eq!(passes, 5, "t = 0, 1, 3, 7, 15");
+        assert_eq!(kernel.observed, 5);
+        assert!(
+            blocked
+                .iter()
+                .all(|b| b.as_deref() == Some("list IPVS services: Object not found")),
+            "{blocked:?}"
+        );
+    }
+}
