@@ -39,42 +39,136 @@ impl Backend {
 
     /// Picks the backend as the iptables wrapper of kube-proxy's image does: the one where the
     /// kubelet's canary chains or more rules already live; with no rules anywhere, the one the
-    /// plain `iptables` command uses.
-    pub fn detect() -> Backend {
-        let count = |b: Backend| -> (bool, usize) {
-            let out = Command::new(b.tool(Family::V4, "save"))
-                .stderr(Stdio::null())
-                .output();
-            let text = out
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            let canary =
-                text.contains("KUBE-IPTABLES-HINT") || text.contains("KUBE-KUBELET-CANARY");
-            (
-                canary,
-                text.lines().filter(|l| l.starts_with("-A ")).count(),
-            )
+    /// plain `iptables` command uses. See [`pick`] for when the legacy rules cannot be read.
+    pub fn detect() -> Result<Backend, Error> {
+        let legacy = Listing::read(Backend::Legacy);
+        let nft = Listing::read(Backend::Nft);
+        let plain_is_legacy = || {
+            Command::new("iptables")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("legacy"))
         };
-        let (legacy_canary, legacy_rules) = count(Backend::Legacy);
-        let (nft_canary, nft_rules) = count(Backend::Nft);
-        match (legacy_canary, nft_canary) {
-            (true, false) => return Backend::Legacy,
-            (false, true) => return Backend::Nft,
-            _ => {}
+        let (backend, warning) = pick(&legacy, &nft, plain_is_legacy)?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
         }
-        if legacy_rules != nft_rules {
-            return if legacy_rules > nft_rules {
-                Backend::Legacy
-            } else {
-                Backend::Nft
-            };
-        }
-        let version = Command::new("iptables").arg("--version").output();
-        match version {
-            Ok(o) if String::from_utf8_lossy(&o.stdout).contains("legacy") => Backend::Legacy,
-            _ => Backend::Nft,
+        Ok(backend)
+    }
+}
+
+/// Lists the x_tables tables of the namespace; it exists once `ip_tables` is loaded, and only
+/// uid 0 may read it.
+const LEGACY_TABLES: &str = "/proc/net/ip_tables_names";
+
+/// What one backend's `iptables-save` showed, for [`Backend::detect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing {
+    /// It listed the rules.
+    Rules {
+        /// The kubelet's canary chain or kube-proxy's hint chain is there.
+        canary: bool,
+        /// How many rules (`-A` lines) there are.
+        rules: usize,
+    },
+    /// It failed.
+    Failed {
+        /// Its error output.
+        message: String,
+        /// The x_tables tables of the namespace (legacy only): `None` when that list cannot
+        /// be read either (not uid 0), empty when `ip_tables` is not loaded.
+        tables: Option<Vec<String>>,
+    },
+}
+
+impl Listing {
+    fn read(backend: Backend) -> Listing {
+        let out = Command::new(backend.tool(Family::V4, "save")).output();
+        match out {
+            Ok(o) if o.status.success() => Listing::of(&String::from_utf8_lossy(&o.stdout)),
+            failed => {
+                let message = match failed {
+                    Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                    Err(e) => e.to_string(),
+                };
+                let tables = match backend {
+                    Backend::Nft => Some(Vec::new()),
+                    Backend::Legacy => match std::fs::read_to_string(LEGACY_TABLES) {
+                        Ok(t) => Some(t.lines().map(str::to_string).collect()),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Vec::new()),
+                        Err(_) => None,
+                    },
+                };
+                Listing::Failed { message, tables }
+            }
         }
     }
+
+    /// The listing of `iptables-save` output.
+    pub fn of(text: &str) -> Listing {
+        Listing::Rules {
+            canary: text.contains("KUBE-IPTABLES-HINT") || text.contains("KUBE-KUBELET-CANARY"),
+            rules: text.lines().filter(|l| l.starts_with("-A ")).count(),
+        }
+    }
+}
+
+/// Picks the backend from what each one's `iptables-save` showed (see [`Backend::detect`]),
+/// with a warning to log when the choice is a guess.
+///
+/// A failed listing counts as empty, and the kubelet's canary in nf_tables settles it, with
+/// two exceptions for legacy, whose `iptables-save`
+/// needs uid 0 (to read `/proc/net/ip_tables_names`) and `CAP_NET_RAW`: when legacy tables exist but
+/// cannot be read, the node may well be a legacy one and programming nf_tables would be
+/// silently wrong, so that is an error naming what is missing; when not even the list of
+/// tables can be read (not uid 0), the guess comes with a warning.
+pub fn pick(
+    legacy: &Listing,
+    nft: &Listing,
+    plain_is_legacy: impl FnOnce() -> bool,
+) -> Result<(Backend, Option<String>), Error> {
+    let mut warning = None;
+    let counts = |l: &Listing| match l {
+        Listing::Rules { canary, rules } => (*canary, *rules),
+        Listing::Failed { .. } => (false, 0),
+    };
+    let (nft_canary, nft_rules) = counts(nft);
+    if let Listing::Failed { message, tables } = legacy
+        && !nft_canary
+    {
+        match tables {
+            Some(tables) if !tables.is_empty() => {
+                return Err(Error::Tool {
+                    program: Backend::Legacy.tool(Family::V4, "save"),
+                    message: format!(
+                        "{message}: this node has iptables-legacy tables ({}) that the agent \
+                         cannot read, so it cannot tell which iptables backend the node uses; \
+                         on an iptables-legacy node the agent needs uid 0, CAP_NET_ADMIN and \
+                         CAP_NET_RAW",
+                        tables.join(", ")
+                    ),
+                });
+            }
+            Some(_) => {}
+            None => {
+                warning = Some(format!(
+                    "cannot read the iptables-legacy rules ({message}), so the iptables backend \
+                     is a guess; if this node uses iptables-legacy, run the agent as uid 0 \
+                     (with CAP_NET_ADMIN and CAP_NET_RAW, see deploy/README.md)"
+                ));
+            }
+        }
+    }
+    let (legacy_canary, legacy_rules) = counts(legacy);
+    let backend = match (legacy_canary, nft_canary) {
+        (true, false) => Backend::Legacy,
+        (false, true) => Backend::Nft,
+        _ if legacy_rules > nft_rules => Backend::Legacy,
+        _ if legacy_rules < nft_rules => Backend::Nft,
+        _ if plain_is_legacy() => Backend::Legacy,
+        _ => Backend::Nft,
+    };
+    Ok((backend, warning))
 }
 
 /// What `iptables-save` shows of our chains in one family.
@@ -230,6 +324,59 @@ pub fn supports_random_fully(backend: Backend) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failed(tables: Option<&[&str]>) -> Listing {
+        Listing::Failed {
+            message: "Permission denied (you must be root)".into(),
+            tables: tables.map(|t| t.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn pick_follows_the_canary_then_the_rule_counts_then_the_plain_command() {
+        let canary = Listing::of(":KUBE-KUBELET-CANARY - [0:0]\n");
+        let empty = Listing::of("");
+        let busy = Listing::of("-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\n");
+        let cases = [
+            (&canary, &busy, false, Backend::Legacy),
+            (&busy, &canary, true, Backend::Nft),
+            (&busy, &empty, false, Backend::Legacy),
+            (&empty, &busy, true, Backend::Nft),
+            (&empty, &empty, true, Backend::Legacy),
+            (&empty, &empty, false, Backend::Nft),
+        ];
+        for (legacy, nft, plain, want) in cases {
+            let got = pick(legacy, nft, || plain).unwrap();
+            assert_eq!(got, (want, None), "{legacy:?} {nft:?} {plain}");
+        }
+    }
+
+    #[test]
+    fn unreadable_legacy_tables_are_an_error_or_a_warning_never_a_silent_guess() {
+        let empty = Listing::of("");
+        // uid 0 without CAP_NET_RAW on a node with legacy tables: an error naming the cap.
+        let err = pick(&failed(Some(&["mangle", "nat"])), &empty, || false).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("mangle, nat") && text.contains("CAP_NET_RAW"),
+            "{text}"
+        );
+        // No legacy table at all: nothing to read, no doubt.
+        assert_eq!(
+            pick(&failed(Some(&[])), &empty, || false).unwrap(),
+            (Backend::Nft, None)
+        );
+        // Not uid 0: the list of tables is unreadable too; a guess, with a warning.
+        let (backend, warning) = pick(&failed(None), &empty, || false).unwrap();
+        assert_eq!(backend, Backend::Nft);
+        assert!(warning.unwrap().contains("uid 0"));
+        // The kubelet's canary in nf_tables settles it.
+        let canary = Listing::of(":KUBE-IPTABLES-HINT - [0:0]\n");
+        assert_eq!(
+            pick(&failed(Some(&["nat"])), &canary, || false).unwrap(),
+            (Backend::Nft, None)
+        );
+    }
 
     #[test]
     fn parse_save_keeps_our_chains_and_finds_our_jumps() {

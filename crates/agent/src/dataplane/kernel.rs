@@ -61,7 +61,7 @@ impl Kernel {
             .await
             .map_err(|e| ipvs_error("connect to IPVS", e))?;
         let links = Links::connect()?;
-        let backend = Backend::detect();
+        let backend = Backend::detect()?;
         debug!(?backend, "iptables backend");
         Ok(Kernel {
             ipvs,
