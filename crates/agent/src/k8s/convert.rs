@@ -36,6 +36,11 @@ pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10_800);
 /// The largest session-affinity timeout the API accepts, in seconds (one day).
 pub const MAX_AFFINITY_TIMEOUT_SECONDS: i32 = 86_400;
 
+/// The most endpoints an EndpointSlice may hold (the API's validation limit).
+pub const MAX_SLICE_ENDPOINTS: usize = 1000;
+/// The most ports an EndpointSlice may list (the API's validation limit).
+pub const MAX_SLICE_PORTS: usize = 100;
+
 /// The kinds of object this module converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -121,6 +126,40 @@ pub enum Reason {
         field: String,
         /// The name (cut to 100 characters).
         value: String,
+    },
+    /// A name that is not a DNS subdomain (at most 253 of a-z, 0-9, '-' and '.', each
+    /// dot-separated part a DNS label), as the API requires of EndpointSlice names.
+    #[error("{field}: {value:?} is not a DNS subdomain (at most 253 of a-z, 0-9, '-' and '.')")]
+    BadSubdomain {
+        /// The field.
+        field: String,
+        /// The name (cut to 100 characters).
+        value: String,
+    },
+    /// A label key or value the API would refuse.
+    #[error(
+        "{field}: {value:?} is not a valid label {what} (at most 63 of A-Z, a-z, 0-9, '-', '_' \
+         and '.', starting and ending with a letter or digit{prefix})"
+    )]
+    BadLabel {
+        /// The field.
+        field: String,
+        /// `key` or `value`.
+        what: &'static str,
+        /// The key or value (cut to 100 characters).
+        value: String,
+        /// For a key: the note on its optional prefix.
+        prefix: &'static str,
+    },
+    /// A list longer than the API allows.
+    #[error("{field}: {count} entries, but at most {max} are allowed")]
+    TooMany {
+        /// The field.
+        field: String,
+        /// How many there are.
+        count: usize,
+        /// The limit.
+        max: usize,
     },
     /// Not an IP address.
     #[error("{field}: {value:?} is not an IP address")]
@@ -256,9 +295,69 @@ fn dns_label(field: &str, value: &str) -> Result<(), Reason> {
     } else {
         Err(Reason::BadName {
             field: field.to_string(),
-            value: value.chars().take(100).collect(),
+            value: cut(value),
         })
     }
+}
+
+fn cut(value: &str) -> String {
+    value.chars().take(100).collect()
+}
+
+/// Checks a DNS subdomain (RFC 1123): what the API allows for most object names.
+fn dns_subdomain(field: &str, value: &str) -> Result<(), Reason> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|part| dns_label(field, part).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(Reason::BadSubdomain {
+            field: field.to_string(),
+            value: cut(value),
+        })
+    }
+}
+
+/// A label value, or the name part of a label key: at most 63 characters of alphanumerics,
+/// `-`, `_` and `.`, beginning and ending with an alphanumeric.
+fn label_name_ok(value: &str) -> bool {
+    let alnum = |c: Option<u8>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && alnum(value.bytes().next())
+        && alnum(value.bytes().last())
+}
+
+/// Checks an object's labels as the API does: each key an optional DNS-subdomain prefix and
+/// `/` and a name, each value empty or a name.
+fn labels(meta: &ObjectMeta) -> Result<(), Reason> {
+    for (key, value) in meta.labels.iter().flatten() {
+        let (prefix, name) = match key.rsplit_once('/') {
+            Some((prefix, name)) => (Some(prefix), name),
+            None => (None, key.as_str()),
+        };
+        let prefix_ok = prefix.is_none_or(|p| dns_subdomain("", p).is_ok());
+        if !prefix_ok || !label_name_ok(name) {
+            return Err(Reason::BadLabel {
+                field: "metadata.labels".into(),
+                what: "key",
+                value: cut(key),
+                prefix: "; an optional DNS-subdomain prefix and '/' before",
+            });
+        }
+        if !value.is_empty() && !label_name_ok(value) {
+            return Err(Reason::BadLabel {
+                field: format!("metadata.labels[{}]", cut(key)),
+                what: "value",
+                value: cut(value),
+                prefix: "",
+            });
+        }
+    }
+    Ok(())
 }
 
 fn namespace_of(meta: &ObjectMeta) -> &str {
@@ -371,6 +470,7 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
         .ok_or_else(|| missing("metadata.name"))?;
     dns_label("metadata.name", name)?;
     dns_label("metadata.namespace", namespace_of(meta))?;
+    labels(meta)?;
     let id = ServiceRef::new(namespace_of(meta), name);
     let spec = svc.spec.as_ref().ok_or_else(|| missing("spec"))?;
 
@@ -683,6 +783,9 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
         .as_deref()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| missing("metadata.name"))?;
+    dns_subdomain("metadata.name", name)?;
+    dns_label("metadata.namespace", namespace_of(meta))?;
+    labels(meta)?;
     let service_name = meta
         .labels
         .as_ref()
@@ -693,6 +796,8 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
         "IPv4" => Family::V4,
         "IPv6" => Family::V6,
         "FQDN" => return Ok(None),
+        // k8s-openapi reads a missing addressType as "".
+        "" => return Err(missing("addressType")),
         other => {
             return Err(Reason::UnknownValue {
                 field: "addressType".into(),
@@ -702,6 +807,21 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
         }
     };
 
+    let port_count = slice.ports.as_ref().map_or(0, Vec::len);
+    if port_count > MAX_SLICE_PORTS {
+        return Err(Reason::TooMany {
+            field: "ports".into(),
+            count: port_count,
+            max: MAX_SLICE_PORTS,
+        });
+    }
+    if slice.endpoints.len() > MAX_SLICE_ENDPOINTS {
+        return Err(Reason::TooMany {
+            field: "endpoints".into(),
+            count: slice.endpoints.len(),
+            max: MAX_SLICE_ENDPOINTS,
+        });
+    }
     let mut ports: Vec<(usize, EndpointPort)> = Vec::new();
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         let Some(number) = p.port else {

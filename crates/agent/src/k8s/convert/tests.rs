@@ -869,3 +869,98 @@ fn scheduler_annotations_pick_a_services_own_scheduler() {
         "{bad}"
     );
 }
+
+#[test]
+fn oversized_names_and_labels_and_lists_are_rejected_as_the_api_would() {
+    let long = "x".repeat(64);
+    let svc_meta = |meta: &str| {
+        let svc: core::Service = parse(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {meta}\nspec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}]}}\n"
+        ));
+        service(&svc).map(|_| ()).map_err(|e| *e.reason)
+    };
+    assert_eq!(
+        svc_meta(&format!("{{name: web, labels: {{app: {long}}}}}")),
+        Err(Reason::BadLabel {
+            field: s("metadata.labels[app]"),
+            what: "value",
+            value: long.clone(),
+            prefix: "",
+        })
+    );
+    assert!(matches!(
+        svc_meta(&format!("{{name: web, labels: {{{long}: a}}}}")),
+        Err(Reason::BadLabel { what: "key", .. })
+    ));
+    assert!(matches!(
+        svc_meta("{name: web, labels: {'Bad_Prefix/app': a}}"),
+        Err(Reason::BadLabel { what: "key", .. })
+    ));
+    assert!(matches!(
+        svc_meta("{name: web, labels: {app: \"a\\nb\"}}"),
+        Err(Reason::BadLabel { what: "value", .. })
+    ));
+    // What the API accepts is accepted.
+    assert_eq!(
+        svc_meta("{name: web, labels: {app.kubernetes.io/name: Web_1.x, empty: ''}}"),
+        Ok(())
+    );
+
+    let slice_named = |name: &str, labels: &str, endpoints: usize| {
+        let eps: Vec<String> = (0..endpoints)
+            .map(|i| format!("{{addresses: [10.1.{}.{}]}}", i / 250, i % 250 + 1))
+            .collect();
+        endpoint_slice(&slice(&format!(
+            "metadata: {{name: '{name}', namespace: shop, labels: {{kubernetes.io/service-name: {labels}}}}}\n\
+             addressType: IPv4\nendpoints: [{}]\n",
+            eps.join(", ")
+        )))
+        .map(|s| s.map(|s| s.endpoints.len()))
+        .map_err(|e| *e.reason)
+    };
+    assert_eq!(slice_named("web-abc", "web", 1000), Ok(Some(1000)));
+    assert_eq!(
+        slice_named("web-abc", "web", 1001),
+        Err(Reason::TooMany {
+            field: s("endpoints"),
+            count: 1001,
+            max: MAX_SLICE_ENDPOINTS
+        })
+    );
+    let long_name = "a".repeat(254);
+    assert!(matches!(
+        slice_named(&long_name, "web", 1),
+        Err(Reason::BadSubdomain { .. })
+    ));
+    assert!(matches!(
+        slice_named("web.abc-1", &long, 1),
+        Err(Reason::BadLabel { what: "value", .. })
+    ));
+}
+
+#[test]
+fn hostile_scheduler_annotations_are_rejected_for_that_service() {
+    for value in [
+        "\"rr\\n-A KUBE-SERVICES -j ACCEPT\"",
+        "'rr;reboot'",
+        "'$(reboot)'",
+        "\"rr\\u0000\"",
+        "'rr COMMIT'",
+        "schedulerwaytoolong",
+    ] {
+        let svc: core::Service = parse(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, annotations: {{kube-proxy-ipvs.io/scheduler: {value}}}}}\n\
+             spec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}]}}\n"
+        ));
+        let err = service(&svc).expect_err(value);
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "Service default/web: metadata.annotations[kube-proxy-ipvs.io/scheduler]"
+            ),
+            "{text}"
+        );
+        // The value is quoted with its escapes: no raw newline reaches a log line.
+        assert!(!text.contains('\n'), "{text:?}");
+    }
+}
