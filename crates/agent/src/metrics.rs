@@ -116,9 +116,9 @@ pub struct SyncObservation {
     pub failed: BTreeMap<&'static str, u64>,
     /// Families whose `iptables-restore` failed.
     pub restore_failed: BTreeSet<Family>,
-    /// Operations that repaired drift: changes made by a full sync to kernel state the agent
-    /// had already programmed (the sync loop knows which; 0 if unknown).
-    pub drift_repaired: u64,
+    /// Kernel objects that a full sync repaired after someone else changed them, by kind
+    /// (one of [`crate::sync::DRIFT_KINDS`]; the sync loop knows which, empty if unknown).
+    pub drift_repaired: BTreeMap<&'static str, u64>,
 }
 
 impl SyncObservation {
@@ -171,7 +171,7 @@ struct State {
     operations: BTreeMap<&'static str, u64>,
     operation_failures: BTreeMap<&'static str, u64>,
     syncs: BTreeMap<&'static str, u64>,
-    drift_repaired: u64,
+    drift_repaired: BTreeMap<&'static str, u64>,
     draining: u64,
     connections: Option<u64>,
     ipset_entries: BTreeMap<String, u64>,
@@ -218,7 +218,8 @@ impl Metrics {
                 operations: BTreeMap::new(),
                 operation_failures: BTreeMap::new(),
                 syncs: BTreeMap::new(),
-                drift_repaired: 0,
+                // Every kind from the start, so that a rate over any of them is defined.
+                drift_repaired: crate::sync::DRIFT_KINDS.iter().map(|k| (*k, 0)).collect(),
                 draining: 0,
                 connections: None,
                 ipset_entries: BTreeMap::new(),
@@ -249,7 +250,9 @@ impl Metrics {
         for f in &obs.restore_failed {
             *s.restore_failures.entry(*f).or_default() += 1;
         }
-        s.drift_repaired += obs.drift_repaired;
+        for (kind, n) in &obs.drift_repaired {
+            *s.drift_repaired.entry(kind).or_default() += n;
+        }
         *s.syncs
             .entry(if full { "full" } else { "partial" })
             .or_default() += 1;
@@ -513,9 +516,13 @@ impl Metrics {
             &mut out,
             h,
             "counter",
-            "Operations that repaired kernel state changed behind the agent's back",
+            "Kernel objects changed outside the agent and repaired by a full sync, by kind \
+             (virtual_server, real_server, set, set_entry, chain, jump, address, link, sysctl); \
+             sum over kind for the total",
         );
-        sample(&mut out, h, &[], s.drift_repaired as f64);
+        for (kind, v) in &s.drift_repaired {
+            sample(&mut out, h, &[("kind", kind.to_string())], *v as f64);
+        }
         let h = "kube_proxy_ipvs_destinations_draining";
         header(
             &mut out,
@@ -851,6 +858,35 @@ mod tests {
         assert!(text.contains(
             "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 0\n"
         ));
+    }
+
+    #[test]
+    fn drift_is_counted_by_kind() {
+        let m = Metrics::new(&[Family::V4]);
+        let text = m.render();
+        for kind in crate::sync::DRIFT_KINDS {
+            let line = format!("kube_proxy_ipvs_drift_repaired_total{{kind=\"{kind}\"}} 0");
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        let sync = |drift: &[(&'static str, u64)]| SyncObservation {
+            drift_repaired: drift.iter().copied().collect(),
+            ..SyncObservation::default()
+        };
+        m.observe_sync(&sync(&[("virtual_server", 1), ("real_server", 2)]), true);
+        m.observe_sync(&sync(&[("real_server", 1), ("jump", 1)]), true);
+        m.observe_sync(&sync(&[]), true);
+        let text = m.render();
+        assert_well_formed(&text);
+        let series = lines_of(&text, "kube_proxy_ipvs_drift_repaired_total");
+        assert_eq!(series.len(), crate::sync::DRIFT_KINDS.len(), "{series:?}");
+        for line in [
+            "kube_proxy_ipvs_drift_repaired_total{kind=\"virtual_server\"} 1",
+            "kube_proxy_ipvs_drift_repaired_total{kind=\"real_server\"} 3",
+            "kube_proxy_ipvs_drift_repaired_total{kind=\"jump\"} 1",
+            "kube_proxy_ipvs_drift_repaired_total{kind=\"set_entry\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
     }
 
     #[test]

@@ -117,7 +117,19 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         info!("host set up (--init-only)");
         return Ok(ExitCode::SUCCESS);
     }
-    probe_scheduler(&kernel, &config.scheduler).await?;
+    if let Err(e) = probe_scheduler(&kernel, &config.scheduler).await {
+        // A name the kernel's tree does not have is a configuration error; a known scheduler
+        // whose module is missing may come back (a module installed, a kernel package
+        // fixed): the daemon stays up, retries with backoff and says so on /healthz.
+        let known = !matches!(
+            ipvs_netlink::Scheduler::from_name(&config.scheduler),
+            ipvs_netlink::Scheduler::Other(_)
+        );
+        if args.once || !known {
+            return Err(e);
+        }
+        warn!(error = %format!("{e:#}"), "starting anyway: Services cannot be programmed until the scheduler is available");
+    }
     let mut syncer = Syncer::new(kernel, config.clone());
 
     if args.once {
@@ -262,7 +274,11 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             report.duration,
             SystemTime::now(),
         );
-        obs.drift_repaired = report.drift_repaired as u64;
+        obs.drift_repaired = report.drift.counts.clone();
+        if !report.drift.is_empty() {
+            // Once per repairing sync: the repair leaves nothing for the next one to find.
+            warn!("repaired kernel state changed outside the agent: {}", report.drift);
+        }
         for (family, (internal, external)) in &report.no_local_endpoints {
             metrics.no_local_endpoints(*family, *internal, *external);
         }
@@ -275,10 +291,13 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
         metrics.service_changes(0, 0);
         metrics.endpoint_changes(0, 0);
-        if obs.succeeded() {
+        // As in kube-proxy, a sync counts as done when the rules were written, even if some
+        // objects failed (they are retried and logged); only a sync that could program
+        // nothing at all makes the agent unhealthy (`on_blocked` below).
+        if !report.applied.failed.iter().any(|(op, _)| op.starts_with("write ")) {
             health.updated();
         }
-    })
+    }, |blocked| health.set_blocked(blocked))
     .await;
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,10 @@
 //! counts were never read, or whose bound is near, the loop makes the next full sync come
 //! sooner than the period.
 
+mod failures;
+
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +31,11 @@ use crate::model::config::ProxyConfig;
 use crate::model::conntrack::{ConntrackFilter, conntrack_filter};
 use crate::model::desired::desired;
 use crate::model::drain::{DestinationKey, Draining};
+use crate::model::iptables::canonical;
+use crate::model::kernel::KernelState;
 use crate::model::plan::{Op, Plan, plan_draining};
+
+pub use failures::{Backoff, FailureLog, cannot_program};
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -61,13 +68,197 @@ pub struct Report {
     /// The conntrack cleanup passes of this sync, one per family (none when no UDP endpoint
     /// changed).
     pub conntrack: Vec<Cleaned>,
-    /// Operations of a full sync that repaired drift: the desired state had not changed since
-    /// the previous sync, so the kernel had been changed by someone else.
-    pub drift_repaired: usize,
+    /// What a full sync repaired: the desired state had not changed since the previous sync,
+    /// which had applied everything, so the kernel had been changed by someone else.
+    pub drift: Drift,
     /// Entries of each agent set after the sync.
     pub set_sizes: Vec<(String, u64)>,
     /// Per family, `(internal, external)` Local-policy Service ports without local endpoints.
     pub no_local_endpoints: BTreeMap<crate::model::cluster::Family, (u64, u64)>,
+}
+
+/// The kinds of kernel object whose drift is counted, as the `kind` label of
+/// `kube_proxy_ipvs_drift_repaired_total` names them.
+pub const DRIFT_KINDS: &[&str] = &[
+    "virtual_server",
+    "real_server",
+    "set",
+    "set_entry",
+    "chain",
+    "jump",
+    "address",
+    "link",
+    "sysctl",
+];
+
+/// How many examples of each kind [`Drift`] keeps for its log line.
+const DRIFT_EXAMPLES: usize = 3;
+
+/// Kernel objects a full sync put back after someone else changed them, by kind (one of
+/// [`DRIFT_KINDS`]): a virtual server deleted or re-scheduled, a real server deleted or
+/// re-weighted, a set destroyed, set entries removed or added, a chain deleted or its rules
+/// changed, a jump from a built-in chain deleted, an address of `kube-ipvs0` removed or
+/// added, the link deleted, a sysctl changed. Real servers that drain, or end draining, are
+/// the agent's own doing and never drift.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// Objects repaired, by kind.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// The first few objects of each kind, named for the log.
+    pub examples: BTreeMap<&'static str, Vec<String>>,
+}
+
+impl Drift {
+    /// The objects `plan` repairs in `observed` (the kernel as read by the full sync that made
+    /// the plan), by kind.
+    pub fn of(plan: &Plan, observed: &KernelState) -> Drift {
+        let mut d = Drift::default();
+        for op in &plan.ops {
+            match op {
+                Op::CreateLink => d.add("link", 1, || crate::model::kernel::LINK_NAME.into()),
+                Op::SetSysctl { key, value } => d.add("sysctl", 1, || {
+                    let was = observed.sysctls.get(key).map_or("unset", String::as_str);
+                    format!("{key} {was} -> {value}")
+                }),
+                Op::CreateSet { name, .. } => d.add("set", 1, || name.clone()),
+                Op::AddEntries { set, entries } | Op::DelEntries { set, entries } => {
+                    let how = if matches!(op, Op::AddEntries { .. }) {
+                        "missing"
+                    } else {
+                        "foreign"
+                    };
+                    d.add("set_entry", entries.len() as u64, || {
+                        let first = entries.first().map(ToString::to_string).unwrap_or_default();
+                        format!("{set} {first} {how}")
+                    })
+                }
+                Op::AddAddress(ip) => d.add("address", 1, || format!("{ip} missing")),
+                Op::DelAddress(ip) => d.add("address", 1, || format!("{ip} foreign")),
+                Op::WriteRules {
+                    family,
+                    rules,
+                    missing_jumps,
+                } => {
+                    let suffix = match family {
+                        crate::model::cluster::Family::V4 => "",
+                        crate::model::cluster::Family::V6 => " (IPv6)",
+                    };
+                    let have = observed.rules.get(family).cloned().unwrap_or_default();
+                    let (want_chains, have_chains) =
+                        (canonical(rules, *family), canonical(&have, *family));
+                    let mut counted = false;
+                    for (chain, lines) in &want_chains {
+                        if have_chains.get(chain) != Some(lines) {
+                            counted = true;
+                            let missing = !have_chains.contains_key(chain);
+                            d.add("chain", 1, || {
+                                let how = if missing { "missing" } else { "changed" };
+                                format!("{} {} {how}{suffix}", chain.0, chain.1)
+                            });
+                        }
+                    }
+                    for (table, jump) in missing_jumps {
+                        counted = true;
+                        d.add("jump", 1, || format!("{table} {}{suffix}", jump_name(jump)));
+                    }
+                    if !counted {
+                        // Planned for a difference the canonical form does not show: still a
+                        // rewrite of the agent's chains.
+                        d.add("chain", 1, || format!("rules{suffix}"));
+                    }
+                }
+                Op::AddService { key, .. } => {
+                    d.add("virtual_server", 1, || format!("{key} missing"))
+                }
+                Op::UpdateService { key, service } => d.add("virtual_server", 1, || {
+                    let was = observed
+                        .services
+                        .get(key)
+                        .map_or("?", |vs| vs.scheduler.as_str());
+                    format!("{key} scheduler {was} -> {}", service.scheduler)
+                }),
+                Op::DelService(key) => d.add("virtual_server", 1, || format!("{key} foreign")),
+                Op::AddDestination {
+                    key, destination, ..
+                } => d.add("real_server", 1, || {
+                    format!("{destination} of {key} missing")
+                }),
+                // Weight 0 starts a drain: the agent's own doing.
+                Op::UpdateDestination { weight: 0, .. } | Op::DelDestination { .. } => {}
+                Op::UpdateDestination {
+                    key,
+                    destination,
+                    weight,
+                } => d.add("real_server", 1, || {
+                    let was = observed
+                        .services
+                        .get(key)
+                        .and_then(|vs| vs.destinations.get(destination))
+                        .map_or("?".to_string(), ToString::to_string);
+                    format!("{destination} of {key} weight {was} -> {weight}")
+                }),
+                // Only --cleanup plans these.
+                Op::RemoveRules { .. } | Op::DestroySet(_) | Op::DeleteLink => {}
+            }
+        }
+        d
+    }
+
+    /// Every object repaired, all kinds together.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// True when nothing was repaired.
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    fn add(&mut self, kind: &'static str, n: u64, example: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        *self.counts.entry(kind).or_default() += n;
+        let examples = self.examples.entry(kind).or_default();
+        if examples.len() < DRIFT_EXAMPLES {
+            examples.push(example());
+        }
+    }
+}
+
+/// `-A PREROUTING -m comment --comment "..." -j KUBE-SERVICES` as `PREROUTING -> KUBE-SERVICES`.
+fn jump_name(rule: &str) -> String {
+    let chain = rule
+        .strip_prefix("-A ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("?");
+    let target = rule.rsplit_once("-j ").map_or("?", |(_, t)| t.trim());
+    format!("{chain} -> {target}")
+}
+
+/// `1 virtual_server (10.96.0.10:80/TCP missing), 2 real_server (a, b)`: counts by kind with
+/// a few examples each, `, ...` when there were more.
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (kind, n) in &self.counts {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{n} {kind}")?;
+            let examples = self.examples.get(kind).map(Vec::as_slice).unwrap_or(&[]);
+            if !examples.is_empty() {
+                let more = if (examples.len() as u64) < *n {
+                    ", ..."
+                } else {
+                    ""
+                };
+                write!(f, " ({}{more})", examples.join(", "))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs syncs against a dataplane.
@@ -85,7 +276,10 @@ pub struct Syncer<D> {
     /// The conntrack filter of the last cleanup; `None` before the first.
     conntrack: Option<ConntrackFilter>,
     /// The desired state of the last sync, to tell drift from change.
-    last_desired: Option<crate::model::kernel::KernelState>,
+    last_desired: Option<KernelState>,
+    /// Whether the last sync applied its whole plan: after a failure, what a sync changes
+    /// is a retry, not drift.
+    settled: bool,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -99,7 +293,13 @@ impl<D: Dataplane> Syncer<D> {
             unread: false,
             conntrack: None,
             last_desired: None,
+            settled: false,
         }
+    }
+
+    /// How many virtual servers the desired state of the last sync holds.
+    pub fn desired_virtual_servers(&self) -> usize {
+        self.last_desired.as_ref().map_or(0, |d| d.services.len())
     }
 
     /// The real servers that drain, and since when.
@@ -139,30 +339,25 @@ impl<D: Dataplane> Syncer<D> {
             &self.config.exclude_cidrs,
             &self.draining.expired(now, timeout),
         );
-        // With the desired state unchanged, what a full sync still changes was changed behind
-        // the agent's back (drains that end are not drift).
-        let drift_repaired = if full && self.last_desired.as_ref() == Some(&want.state) {
-            p.ops
-                .iter()
-                .filter(|op| {
-                    !matches!(
-                        op,
-                        Op::DelDestination { .. } | Op::UpdateDestination { weight: 0, .. }
-                    )
-                })
-                .count()
+        // With the desired state unchanged and the last plan applied whole, what a full sync
+        // still changes was changed behind the agent's back.
+        let drift = if full && self.settled && self.last_desired.as_ref() == Some(&want.state) {
+            Drift::of(&p, &shadow.state)
         } else {
-            0
+            Drift::default()
         };
         let no_local_endpoints = want.no_local_endpoints.clone();
         self.last_desired = Some(want.state.clone());
         let mut warnings = want.conflicts;
         warnings.extend(p.warnings.iter().cloned());
+        // Until the plan is known to be applied whole (an error leaves it half done).
+        self.settled = false;
         let applied = if p.is_empty() {
             Applied::default()
         } else {
             self.dataplane.apply(&p).await?
         };
+        self.settled = applied.failed.is_empty();
         if applied.failed.is_empty() {
             for op in &p.ops {
                 // The plan was made against the shadow, so replaying it cannot fail.
@@ -194,7 +389,7 @@ impl<D: Dataplane> Syncer<D> {
             draining: self.draining.len(),
             recheck_in: self.recheck_in(now),
             conntrack,
-            drift_repaired,
+            drift,
             set_sizes: self
                 .shadow
                 .as_ref()
@@ -261,16 +456,26 @@ impl<D: Dataplane> Syncer<D> {
 /// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
 /// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has
 /// listed everything once.
+///
+/// When the kernel refuses something, the loop reads it again and retries with exponential
+/// backoff (from `min_sync`, at least 1 s, up to the sync period); each distinct failure is
+/// logged once, and once more when it ends. `on_report` sees every sync that ran;
+/// `on_blocked` is told after every pass why nothing at all could be programmed (`Some`), or
+/// that something could (`None`).
 pub async fn run<D: Dataplane>(
     syncer: &mut Syncer<D>,
     mut snapshots: watch::Receiver<Option<Arc<Cluster>>>,
     periods: Periods,
     shutdown: impl Future<Output = ()>,
     mut on_report: impl FnMut(&Report),
+    mut on_blocked: impl FnMut(Option<&str>),
 ) {
     tokio::pin!(shutdown);
     let mut next_full = Instant::now();
     let mut last_sync: Option<Instant> = None;
+    let mut backoff = Backoff::new(periods.min_sync, periods.sync);
+    let mut failure_log = FailureLog::default();
+    let mut last_blocked: Option<String> = None;
     // The first pass syncs at once; later ones wait for a change or the full-sync timer.
     let mut wait = false;
     loop {
@@ -305,13 +510,10 @@ pub async fn run<D: Dataplane>(
         let full = Instant::now() >= next_full;
         wait = true;
         last_sync = Some(Instant::now());
-        match syncer.sync(&cluster, full).await {
+        let (failed, blocked) = match syncer.sync(&cluster, full).await {
             Ok(report) => {
                 for w in &report.warnings {
                     warn!("{w}");
-                }
-                for (op, e) in &report.applied.failed {
-                    warn!(op = %op, error = %e, "operation failed; retrying at the next sync");
                 }
                 if !report.plan.is_empty() {
                     info!(
@@ -321,22 +523,52 @@ pub async fn run<D: Dataplane>(
                         "synced"
                     );
                 }
-                if !report.applied.failed.is_empty() {
-                    // Retry soon, with the kernel read again.
-                    next_full = Instant::now() + periods.min_sync.max(Duration::from_secs(1));
-                } else if full {
+                if report.applied.failed.is_empty() && full {
                     next_full = Instant::now() + periods.sync;
                 }
                 if let Some(recheck) = report.recheck_in {
                     next_full = next_full.min(Instant::now() + recheck);
                 }
+                let blocked = cannot_program(&report, syncer.desired_virtual_servers());
                 on_report(&report);
+                (failures::failures(&report), blocked)
             }
             Err(e) => {
-                warn!(error = %e, "sync failed; retrying");
-                next_full = Instant::now() + periods.min_sync.max(Duration::from_secs(1));
+                let error = e.to_string();
+                (vec![("sync".to_string(), error.clone())], Some(error))
             }
+        };
+        let changes = failure_log.update(failed.clone());
+        for (what, error) in &changes.new {
+            warn!(op = %what, error = %error, "the kernel refused; retrying with backoff");
         }
+        for what in &changes.ended {
+            info!(op = %what, "no longer failing");
+        }
+        if failed.is_empty() {
+            backoff.succeeded();
+        } else {
+            // Retry with the kernel read again, later each time it fails again.
+            let delay = backoff.failed();
+            debug!(
+                failures = failed.len(),
+                repeated = changes.repeated,
+                retry_in = ?delay,
+                "sync had failures"
+            );
+            next_full = Instant::now() + delay;
+        }
+        if blocked != last_blocked {
+            match &blocked {
+                Some(reason) => {
+                    warn!(reason = %reason, "cannot program the kernel at all; /healthz says so")
+                }
+                None if last_blocked.is_some() => info!("the kernel can be programmed again"),
+                None => {}
+            }
+            last_blocked = blocked.clone();
+        }
+        on_blocked(blocked.as_deref());
     }
 }
 
@@ -400,13 +632,18 @@ mod tests {
             r.plan.ops
         );
         // Nothing in the cluster changed: the service and its real server were drift.
-        assert_eq!(r.drift_repaired, 2, "{:?}", r.plan.ops);
+        assert_eq!(r.drift.total(), 2, "{:?}", r.plan.ops);
+        assert_eq!(
+            r.drift.to_string(),
+            "1 real_server (10.244.0.2:8080 of 10.96.0.10:80/tcp missing), \
+             1 virtual_server (10.96.0.10:80/tcp missing)"
+        );
         // A change of the cluster is not drift.
         let r = s
             .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
             .await
             .unwrap();
-        assert_eq!(r.drift_repaired, 0);
+        assert!(r.drift.is_empty(), "{:?}", r.drift);
         assert!(
             r.set_sizes
                 .iter()
@@ -446,6 +683,7 @@ mod tests {
             periods,
             async { stop_rx.await.unwrap_or(()) },
             |r| reports.push(r.plan.ops.len()),
+            |_| {},
         );
         let (_tx, ()) = tokio::join!(driver, run_loop);
         // ...is applied in at most two syncs: the first snapshot, then the rest together.
@@ -674,6 +912,7 @@ mod tests {
             periods,
             async { stop_rx.await.unwrap_or(()) },
             |r| reports.push((r.full, r.plan.ops.len(), r.draining)),
+            |_| {},
         );
         let (_tx, ()) = tokio::join!(driver, run_loop);
         // The first sync, the removal (weight 0) and, well before the sync period, a full sync
@@ -681,5 +920,209 @@ mod tests {
         assert_eq!(reports.len(), 3, "{reports:?}");
         assert_eq!(reports[1], (false, 1, 1));
         assert_eq!(reports[2], (true, 1, 0));
+    }
+
+    /// Tampers with the in-memory kernel, then runs a full sync of an unchanged cluster.
+    async fn repair(
+        s: &mut Syncer<Memory>,
+        c: &Cluster,
+        tamper: impl FnOnce(&mut KernelState),
+    ) -> Report {
+        tamper(&mut s.dataplane().state);
+        s.sync(c, true).await.unwrap()
+    }
+
+    fn counts(d: &Drift) -> Vec<(&'static str, u64)> {
+        d.counts.iter().map(|(k, n)| (*k, *n)).collect()
+    }
+
+    #[tokio::test]
+    async fn drift_is_counted_by_kind_and_only_once() {
+        use crate::model::cluster::Family;
+        let c = cluster(
+            vec![
+                svc("web").cluster_ip("10.96.0.10").tcp(80),
+                svc("api").cluster_ip("10.96.0.11").tcp(443),
+            ],
+            vec![
+                eps("web", "", Protocol::Tcp, 8080)
+                    .ready("10.244.0.2", "other")
+                    .ready("10.244.0.3", "other"),
+                eps("api", "", Protocol::Tcp, 8443).ready("10.244.0.4", "other"),
+            ],
+        );
+        let web = crate::model::kernel::VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.sync(&c, true).await.unwrap();
+        let clean = s.dataplane().state.clone();
+        /// What is done, the tampering, the drift expected by kind.
+        type Case = (
+            &'static str,
+            Box<dyn FnOnce(&mut KernelState)>,
+            Vec<(&'static str, u64)>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "ipvsadm -D",
+                Box::new(move |k| {
+                    k.services.remove(&web);
+                }),
+                vec![("real_server", 2), ("virtual_server", 1)],
+            ),
+            (
+                "ipvsadm -e -w 5",
+                Box::new(move |k| {
+                    let vs = k.services.get_mut(&web).unwrap();
+                    vs.destinations
+                        .insert("10.244.0.3:8080".parse().unwrap(), 5);
+                }),
+                vec![("real_server", 1)],
+            ),
+            (
+                "ipset flush",
+                Box::new(|k| k.sets.get_mut("KUBE-CLUSTER-IP").unwrap().entries.clear()),
+                vec![("set_entry", 2)],
+            ),
+            (
+                "ipset destroy",
+                Box::new(|k| {
+                    k.sets.remove("KUBE-IPVS-OWNED");
+                }),
+                vec![("set", 1), ("set_entry", 2)],
+            ),
+            (
+                "ipset add",
+                Box::new(|k| {
+                    let set = k.sets.get_mut("KUBE-CLUSTER-IP").unwrap();
+                    set.entries.insert(crate::model::kernel::SetEntry::IpPort(
+                        "10.96.9.9".parse().unwrap(),
+                        Protocol::Tcp,
+                        9,
+                    ));
+                }),
+                vec![("set_entry", 1)],
+            ),
+            (
+                "iptables -X",
+                Box::new(|k| {
+                    let r = k.rules.get_mut(&Family::V4).unwrap();
+                    let chain = ("nat".to_string(), "KUBE-POSTROUTING".to_string());
+                    r.chains.remove(&chain);
+                    r.rules
+                        .retain(|(_, rule)| !rule.starts_with("-A KUBE-POSTROUTING "));
+                    r.jumps.retain(|(_, j)| !j.ends_with("-j KUBE-POSTROUTING"));
+                }),
+                vec![("chain", 1), ("jump", 1)],
+            ),
+            (
+                "iptables -F",
+                Box::new(|k| {
+                    let r = k.rules.get_mut(&Family::V4).unwrap();
+                    r.rules
+                        .retain(|(_, rule)| !rule.starts_with("-A KUBE-FORWARD "));
+                }),
+                vec![("chain", 1)],
+            ),
+            (
+                "ip addr del",
+                Box::new(|k| {
+                    k.addresses.remove(&"10.96.0.11".parse().unwrap());
+                }),
+                vec![("address", 1)],
+            ),
+            (
+                "ip link del",
+                Box::new(|k| {
+                    k.link = false;
+                    k.addresses.clear();
+                }),
+                vec![("address", 2), ("link", 1)],
+            ),
+            (
+                "sysctl -w",
+                Box::new(|k| {
+                    k.sysctls.insert("net/ipv4/vs/conntrack".into(), "0".into());
+                }),
+                vec![("sysctl", 1)],
+            ),
+        ];
+        for (what, tamper, want) in cases {
+            let r = repair(&mut s, &c, tamper).await;
+            assert_eq!(counts(&r.drift), want, "{what}: {}", r.drift);
+            assert_eq!(s.dataplane().state, clean, "{what} repaired");
+            // Repaired: the next full sync finds nothing, so the drift is reported once.
+            let r = s.sync(&c, true).await.unwrap();
+            assert!(r.drift.is_empty(), "{what} again: {}", r.drift);
+        }
+        // The log line names what was repaired.
+        let r = repair(&mut s, &c, |k| {
+            k.sysctls.insert("net/ipv4/vs/conntrack".into(), "0".into());
+            k.addresses.clear();
+        })
+        .await;
+        assert_eq!(
+            r.drift.to_string(),
+            "2 address (10.96.0.10 missing, 10.96.0.11 missing), \
+             1 sysctl (net/ipv4/vs/conntrack 0 -> 1)"
+        );
+    }
+
+    #[tokio::test]
+    async fn retries_and_changes_are_not_drift() {
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        // The first sync of a new agent makes everything: not drift.
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert!(!r.plan.is_empty());
+        assert!(r.drift.is_empty());
+        // The kernel refuses the new real server: the retries are not drift either...
+        s.dataplane().refuse = vec!["add 10.244.0.3:8080".into()];
+        let two = web(&["10.244.0.2", "10.244.0.3"]);
+        let r = s.sync(&two, false).await.unwrap();
+        assert_eq!(r.applied.failed.len(), 1);
+        let r = s.sync(&two, true).await.unwrap();
+        assert_eq!(r.applied.failed.len(), 1);
+        assert!(r.drift.is_empty(), "{}", r.drift);
+        s.dataplane().refuse.clear();
+        let r = s.sync(&two, true).await.unwrap();
+        assert!(r.applied.failed.is_empty() && !r.plan.is_empty());
+        assert!(r.drift.is_empty(), "{}", r.drift);
+        // ...and a drain that starts, or ends, is the agent's own doing.
+        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert_eq!(r.draining, 1);
+        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        assert_eq!(r.draining, 0, "{:?}", r.plan.ops);
+        assert!(r.drift.is_empty(), "{}", r.drift);
+        // Once settled, someone else's change is.
+        let r = repair(&mut s, &web(&["10.244.0.2"]), |k| k.addresses.clear()).await;
+        assert_eq!(counts(&r.drift), [("address", 1)]);
+    }
+
+    #[test]
+    fn a_long_drift_is_cut_to_a_few_examples() {
+        let mut d = Drift::default();
+        for i in 0..5 {
+            d.add("address", 1, || format!("10.96.0.{i} missing"));
+        }
+        d.add("jump", 1, || {
+            format!(
+                "nat {}",
+                jump_name("-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES")
+            )
+        });
+        assert_eq!(d.total(), 6);
+        assert_eq!(
+            d.to_string(),
+            "5 address (10.96.0.0 missing, 10.96.0.1 missing, 10.96.0.2 missing, ...), \
+             1 jump (nat PREROUTING -> KUBE-SERVICES)"
+        );
+        assert!(Drift::default().is_empty());
+        assert_eq!(Drift::default().to_string(), "");
+        for kind in d.counts.keys() {
+            assert!(DRIFT_KINDS.contains(kind));
+        }
     }
 }
