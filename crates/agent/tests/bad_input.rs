@@ -84,11 +84,12 @@ fn the_corpus_as_json_lists_is_rejected_the_same_way() {
         .filter(serde_json::Value::is_object)
         .collect();
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-    let loaded = kube_proxy_ipvs_agent::source::manifests::load_json_str(
-        "corpus.json",
-        &list.to_string(),
-        "node-a",
-    );
+    let dir = std::env::temp_dir().join(format!("bad-input-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("corpus.json");
+    std::fs::write(&file, list.to_string()).unwrap();
+    let loaded = kube_proxy_ipvs_agent::source::manifests::load(&file, "node-a").unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     assert!(
         loaded.cluster.services.is_empty(),
         "{:?}",

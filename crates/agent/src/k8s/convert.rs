@@ -8,6 +8,7 @@
 //!
 //! Objects kube-proxy does not look at are a distinct, non-error outcome: `Ok(None)`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
@@ -89,11 +90,12 @@ impl ObjectRef {
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The name and namespace of a rejected object can be anything: one log line each.
         write!(f, "{} ", self.kind)?;
         if let Some(ns) = &self.namespace {
-            write!(f, "{ns}/")?;
+            write!(f, "{}/", printable(ns))?;
         }
-        f.write_str(self.name.as_deref().unwrap_or("<unnamed>"))
+        f.write_str(&printable(self.name.as_deref().unwrap_or("<unnamed>")))
     }
 }
 
@@ -298,6 +300,33 @@ fn dns_label(field: &str, value: &str) -> Result<(), Reason> {
             value: cut(value),
         })
     }
+}
+
+/// The most characters of a name [`printable`] shows.
+pub const PRINTABLE_MAX: usize = 253;
+
+/// A name or other string from an object, made safe for one log line: control characters
+/// (newlines included) escaped as Rust does (`\n`, `\u{1b}`), and cut after
+/// [`PRINTABLE_MAX`] characters with the count of the rest. Names the API accepts come back
+/// unchanged.
+pub fn printable(value: &str) -> Cow<'_, str> {
+    let long = value.chars().count() > PRINTABLE_MAX;
+    if !long && !value.chars().any(char::is_control) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::new();
+    for c in value.chars().take(PRINTABLE_MAX) {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    if long {
+        let rest = value.chars().count() - PRINTABLE_MAX;
+        out.push_str(&format!("...({rest} more characters)"));
+    }
+    Cow::Owned(out)
 }
 
 fn cut(value: &str) -> String {
@@ -612,7 +641,9 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
     })
 }
 
-/// The Service's own scheduler, from our annotation or kube-router's.
+/// The Service's own scheduler, from our annotation or kube-router's: a kernel scheduler's
+/// name (its module is `ip_vs_<name>`), so at most 15 of a-z, 0-9 and `_`. Anything else is
+/// refused here, for this Service only, before it can reach a netlink message or a log line.
 fn scheduler_annotation(svc: &core::Service) -> Result<Option<String>, Reason> {
     let annotations = svc.metadata.annotations.as_ref();
     let Some((key, value)) = [SCHEDULER_ANNOTATION, KUBE_ROUTER_SCHEDULER_ANNOTATION]
@@ -625,7 +656,7 @@ fn scheduler_annotation(svc: &core::Service) -> Result<Option<String>, Reason> {
         || value.len() > 15
         || !value
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     {
         return Err(Reason::UnknownValue {
             field: format!("metadata.annotations[{key}]"),

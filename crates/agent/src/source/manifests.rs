@@ -400,8 +400,11 @@ fn describe(origin: &Origin, kind: &str, map: &serde_json::Map<String, Value>) -
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
     };
-    let name = field("name").unwrap_or("<unnamed>");
-    match (kind, field("namespace")) {
+    // Names of rejected objects can hold anything, newlines included: one log line each.
+    let name = convert::printable(field("name").unwrap_or("<unnamed>"));
+    let namespace = field("namespace").map(convert::printable);
+    let kind = &*convert::printable(kind);
+    match (kind, namespace) {
         ("Node", _) => format!("{origin} {kind} {name}"),
         (_, Some(ns)) => format!("{origin} {kind} {ns}/{name}"),
         (_, None) if kind == "Service" || kind == "EndpointSlice" => {

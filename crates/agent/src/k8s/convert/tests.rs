@@ -947,6 +947,8 @@ fn hostile_scheduler_annotations_are_rejected_for_that_service() {
         "\"rr\\u0000\"",
         "'rr COMMIT'",
         "schedulerwaytoolong",
+        "COMMIT",
+        "RR",
     ] {
         let svc: core::Service = parse(&format!(
             "apiVersion: v1\nkind: Service\nmetadata: {{name: web, annotations: {{kube-proxy-ipvs.io/scheduler: {value}}}}}\n\
@@ -963,4 +965,24 @@ fn hostile_scheduler_annotations_are_rejected_for_that_service() {
         // The value is quoted with its escapes: no raw newline reaches a log line.
         assert!(!text.contains('\n'), "{text:?}");
     }
+}
+
+#[test]
+fn a_rejected_objects_name_is_one_printable_line() {
+    assert!(matches!(
+        printable("web-1"),
+        std::borrow::Cow::Borrowed("web-1")
+    ));
+    assert_eq!(
+        printable("web\n-A KUBE-SERVICES -j ACCEPT\u{1b}[31m"),
+        "web\\n-A KUBE-SERVICES -j ACCEPT\\u{1b}[31m"
+    );
+    let long = printable(&"x".repeat(10_000)).into_owned();
+    assert!(long.ends_with(&format!("...({} more characters)", 10_000 - PRINTABLE_MAX)));
+    let svc: core::Service = parse(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: \"a\\nb\", namespace: \"c\\rd\"}\nspec: {}\n",
+    );
+    let err = service(&svc).unwrap_err().to_string();
+    assert!(err.starts_with("Service c\\rd/a\\nb: "), "{err}");
+    assert!(!err.contains(['\n', '\r']), "{err:?}");
 }
