@@ -86,6 +86,14 @@ pub fn load_str(origin: &str, text: &str, node_name: &str) -> Loaded {
     loader.finish()
 }
 
+/// Reads manifests from JSON text, as [`load`] reads one `*.json` file named `origin`
+/// (a single object or a `List`, without YAML's `---` documents).
+pub fn load_json_str(origin: &str, text: &str, node_name: &str) -> Loaded {
+    let mut loader = Loader::new(node_name);
+    loader.file(origin, text, true);
+    loader.finish()
+}
+
 /// Polls `path` every `period` and sends `()` on `changed` when a manifest file appears,
 /// disappears or changes (modification time or size), or when `path` itself does.
 ///
