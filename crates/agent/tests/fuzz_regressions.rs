@@ -1,9 +1,10 @@
 //! The agent's fuzz targets without cargo-fuzz, for CI: for `ctnetlink`, `manifests_yaml`
 //! and `manifests_json`, every input the target ever crashed on
 //! (`tests/fuzz-regressions/<target>`, kept after the fix) and its seed corpus
-//! (`tests/fuzz-corpus/<target>`: hand-made kernel datagrams, the demo's manifests) go
-//! through the very decoding of the target, then fixed-seed mutations of the seeds do.
-//! `tests/fuzz.sh` runs the real fuzzer.
+//! (`tests/fuzz-corpus/<target>`: hand-made kernel datagrams, the demo's manifests, and
+//! `fuzz-*`, small datagrams the fuzzer kept for their coverage) go through the very
+//! decoding of the target, then fixed-seed mutations of the seeds do. `tests/fuzz.sh` runs
+//! the real fuzzer.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -56,7 +57,11 @@ fn the_seeds_decode_into_flows_and_services() {
     assert_eq!((dump.flows, dump.undecoded, dump.control), (2, 1, 1));
     assert_eq!(by_name("dump-v6-done").flows, 1);
     assert_eq!(by_name("acks-and-enoent").control, 3);
-    assert!(flows.iter().all(|(_, f)| f.errors == 0), "{flows:?}");
+    // The hand-made datagrams are well framed (`fuzz-*`, picked by the fuzzer for their
+    // coverage, need not be).
+    let framed = flows.iter().filter(|(n, _)| !n.starts_with("fuzz-"));
+    assert!(framed.clone().all(|(_, f)| f.errors == 0), "{flows:?}");
+    assert_eq!(framed.count(), 4);
 
     let yaml = files(&dir("fuzz-corpus", "manifests_yaml"));
     let services: usize = yaml.iter().map(|(_, b)| run("manifests_yaml", b)).sum();
@@ -122,7 +127,7 @@ fn mutated_seeds_decode_without_panicking() {
         // The mutations stay close enough to real input to reach the conversions.
         eprintln!("{target}: {cases} cases, {reached} flows or services");
         assert!(
-            reached > cases / 20,
+            reached > cases / 50,
             "{target}: only {reached} flows or services"
         );
     }

@@ -1,9 +1,10 @@
 //! The fuzz target `ipvs_message` without cargo-fuzz, for CI: the hostile inputs kept in
 //! `tests/fuzz-regressions/ipvs_message` (every input the fuzzer crashed on, kept after the
 //! fix, as `crash-*`; none so far; and hand-made length and nesting edge cases, `edge-*`)
-//! and its seed corpus (`tests/fuzz-corpus/ipvs_message`: the golden vectors' genl payloads and a few
-//! hand-made replies) go through the very decoding of the target, then a few thousand
-//! fixed-seed mutations of the seeds do. `tests/fuzz.sh` runs the real fuzzer.
+//! and its seed corpus (`tests/fuzz-corpus/ipvs_message`: the golden vectors' genl
+//! payloads, a few hand-made replies and `fuzz-*`, small inputs the fuzzer kept for their
+//! coverage) go through the very decoding of the target, then fixed-seed mutations of the
+//! seeds do. `tests/fuzz.sh` runs the real fuzzer.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -33,7 +34,9 @@ fn hex(bytes: &[u8]) -> String {
 fn every_seed_decodes_through_the_typed_layer() {
     let seeds = files(&dir("fuzz-corpus"));
     assert!(seeds.len() >= 10, "{} seeds", seeds.len());
-    for (name, bytes) in &seeds {
+    // The golden vectors and hand-made replies are valid; `fuzz-*`, picked by the fuzzer
+    // for their coverage, need not be.
+    for (name, bytes) in seeds.iter().filter(|(n, _)| !n.starts_with("fuzz-")) {
         let reached = decode(bytes);
         assert!(reached.message, "seed {name} does not decode");
     }
@@ -86,11 +89,11 @@ fn mutated_seeds_decode_without_panicking() {
     }
     // The mutations stay close enough to real messages to reach the typed layer.
     assert!(
-        decoded > CASES / 20,
+        decoded > CASES / 50,
         "only {decoded} mutated messages decoded"
     );
     assert!(
-        typed > CASES / 20,
+        typed > CASES / 50,
         "only {typed} typed objects from mutated messages"
     );
 }
