@@ -30,6 +30,10 @@ pub struct Args {
     /// The API server's address (overrides the kubeconfig's).
     #[arg(long)]
     pub master: Option<String>,
+    /// List from the API server in pages of this many objects, each page a consistent read
+    /// (0, the default: one unpaged list served from the API server's watch cache).
+    #[arg(long, default_value_t = 0)]
+    pub api_list_page_size: u32,
     /// Run one full sync, then exit (0 on success).
     #[arg(long)]
     pub once: bool,

@@ -88,8 +88,9 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             let (tx, rx) = watch::channel(None);
             let (life_tx, life_rx) = watch::channel(api::NodeLifecycle::default());
             lifecycle = Some(life_rx);
-            let watches =
-                api::Watches::new(client, settings.node_name.clone()).node_lifecycle(life_tx);
+            let watches = api::Watches::new(client, settings.node_name.clone())
+                .node_lifecycle(life_tx)
+                .page_size(Some(args.api_list_page_size).filter(|n| *n > 0));
             tokio::spawn(async move {
                 if let Err(e) = watches.run(tx).await {
                     warn!(error = %e, "the API source stopped");

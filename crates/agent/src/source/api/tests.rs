@@ -199,3 +199,39 @@ fn stores_are_ready_only_when_every_kind_has_listed() {
     assert!(stores.ready());
     assert_eq!(stores.cluster(), Cluster::default());
 }
+
+fn status(code: u16) -> Box<kube::core::Status> {
+    Box::new(kube::core::Status::failure("gone", "Expired").with_code(code))
+}
+
+#[test]
+fn a_410_is_a_relist_request_and_other_errors_are_failures() {
+    assert!(asks_for_relist(&watcher::Error::WatchError(status(410))));
+    assert!(asks_for_relist(&watcher::Error::InitialListFailed(
+        kube::Error::Api(status(410))
+    )));
+    assert!(!asks_for_relist(&watcher::Error::WatchError(status(500))));
+    assert!(!asks_for_relist(&watcher::Error::InitialListFailed(
+        kube::Error::Api(status(503))
+    )));
+    assert!(!asks_for_relist(&watcher::Error::NoResourceVersion));
+}
+
+#[test]
+fn after_a_410_the_relist_waits_one_first_step_and_the_backoff_goes_on() {
+    let mut backoff = RelistBackoff::default();
+    // An outage: the steps grow to the 30 s cap (60 s with jitter).
+    let steps: Vec<Duration> = (0..8).map(|_| backoff.next().unwrap()).collect();
+    assert!(steps[7] >= Duration::from_secs(30), "{steps:?}");
+    // The resumed watch answers 410: the relist comes after a first step...
+    backoff.gone.store(true, Ordering::Relaxed);
+    let relist = backoff.next().unwrap();
+    assert!(
+        relist >= Duration::from_millis(800) && relist <= Duration::from_millis(1600),
+        "{relist:?}"
+    );
+    // ...and a failure after it still backs off from where the backoff was.
+    assert!(backoff.next().unwrap() >= Duration::from_secs(30));
+    backoff.reset();
+    assert!(backoff.next().unwrap() <= Duration::from_millis(1600));
+}
