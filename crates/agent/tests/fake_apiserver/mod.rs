@@ -18,7 +18,11 @@
 //! - faults: [`FakeApiServer::gone`] (compacts the history and sends every open watch a 410),
 //!   [`FakeApiServer::drop_watches`] (cuts every open watch mid-stream, without the final
 //!   chunk), [`FakeApiServer::set_delay`] (a slow server), [`FakeApiServer::fail_next`]
-//!   (HTTP errors with a Status body), [`FakeApiServer::expire_continue_tokens`].
+//!   (HTTP errors with a Status body), [`FakeApiServer::fail_next_pages`] (errors on the
+//!   pages after the first, mid-list), [`FakeApiServer::expire_continue_tokens`],
+//!   [`FakeApiServer::truncate_next_lists`] (a list body cut short) and
+//!   [`FakeApiServer::outage`] (the server refuses connections, or hangs every request,
+//!   until [`FakeApiServer::end_outage`]).
 //!
 //! Every request is recorded ([`FakeApiServer::requests`]) so a test can assert what the
 //! client asked for. Each response closes its connection (`Connection: close`).
@@ -34,7 +38,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 /// The kinds of object served.
@@ -128,6 +132,16 @@ enum Signal {
     Drop,
 }
 
+/// How the server is down during an [`FakeApiServer::outage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// Nothing listens on the port: connections are refused.
+    Refuse,
+    /// Connections are accepted and requests read, but never answered (a partition or an
+    /// overloaded server); they are closed, unanswered, when the outage ends.
+    Hang,
+}
+
 /// One change to an object, as kept in the history.
 #[derive(Debug)]
 struct Change {
@@ -151,7 +165,9 @@ struct State {
     next_token: u64,
     delay: Duration,
     failures: Vec<u16>,
+    page_failures: Vec<u16>,
     expire_pages: usize,
+    truncate_lists: usize,
     requests: Vec<Request>,
 }
 
@@ -160,13 +176,24 @@ pub struct FakeApiServer {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
     signals: broadcast::Sender<Signal>,
-    accept: JoinHandle<()>,
+    outage: watch::Sender<Option<Outage>>,
+    accept: Mutex<Option<JoinHandle<()>>>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        self.accept.abort();
+        if let Some(accept) = self
+            .accept
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            accept.abort();
+        }
         let _ = self.signals.send(Signal::Drop);
+        // Hung requests are let go.
+        self.outage.send_replace(None);
     }
 }
 
@@ -184,29 +211,41 @@ impl FakeApiServer {
             next_token: 0,
             delay: Duration::ZERO,
             failures: Vec::new(),
+            page_failures: Vec::new(),
             expire_pages: 0,
+            truncate_lists: 0,
             requests: Vec::new(),
         }));
         let (signals, _) = broadcast::channel(4096);
-        let accept = tokio::spawn({
-            let state = state.clone();
-            let signals = signals.clone();
-            async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let conn = Connection {
-                        state: state.clone(),
-                        signals: signals.clone(),
-                    };
-                    tokio::spawn(conn.serve(stream));
-                }
-            }
-        });
-        Self {
+        let (outage, _) = watch::channel(None);
+        let server = Self {
             addr,
             state,
             signals,
-            accept,
-        }
+            outage,
+            accept: Mutex::new(None),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        server.listen(listener);
+        server
+    }
+
+    /// Serves connections from `listener` until the outage or the drop.
+    fn listen(&self, listener: TcpListener) {
+        let state = self.state.clone();
+        let signals = self.signals.clone();
+        let outage = self.outage.clone();
+        let accept = self.runtime.spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let conn = Connection {
+                    state: state.clone(),
+                    signals: signals.clone(),
+                    outage: outage.subscribe(),
+                };
+                tokio::spawn(conn.serve(stream));
+            }
+        });
+        *self.accept.lock().unwrap_or_else(|e| e.into_inner()) = Some(accept);
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -327,6 +366,63 @@ impl FakeApiServer {
     /// Answers the next requests with these HTTP status codes (and a Status body), one each.
     pub fn fail_next(&self, codes: &[u16]) {
         self.state().failures.extend_from_slice(codes);
+    }
+
+    /// Answers the next requests for a page after the first (those with a continue token)
+    /// with these HTTP status codes, one each: a list that fails midway.
+    pub fn fail_next_pages(&self, codes: &[u16]) {
+        self.state().page_failures.extend_from_slice(codes);
+    }
+
+    /// Answers the next `n` list requests (pages included) with a `200 OK` whose body stops
+    /// halfway, the connection closed: a list cut on the wire.
+    pub fn truncate_next_lists(&self, n: usize) {
+        self.state().truncate_lists += n;
+    }
+
+    /// Takes the server down: every open watch is cut, then, until [`FakeApiServer::end_outage`],
+    /// connections are refused ([`Outage::Refuse`]: nothing listens on the port) or every
+    /// request hangs unanswered ([`Outage::Hang`]). Changes made meanwhile are kept, as etcd
+    /// keeps them while the API server is away. A new outage replaces the current one.
+    pub fn outage(&self, how: Outage) {
+        // Requests hung by an earlier Hang are let go (closed unanswered) by the change.
+        self.outage.send_replace(Some(how));
+        if how == Outage::Refuse
+            && let Some(accept) = self.accept.lock().unwrap_or_else(|e| e.into_inner()).take()
+        {
+            accept.abort();
+        }
+        let _ = self.signals.send(Signal::Drop);
+    }
+
+    /// Ends the outage: the server listens again on the same address; hung requests are
+    /// closed unanswered (the client retries them).
+    pub fn end_outage(&self) {
+        self.outage.send_replace(None);
+        let accept = self.accept.lock().unwrap_or_else(|e| e.into_inner());
+        if accept.as_ref().is_some_and(|a| !a.is_finished()) {
+            return;
+        }
+        drop(accept);
+        // The aborted accept loop drops its listener on the runtime's thread: retry the bind
+        // until the port is free again.
+        let mut tries = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(self.addr) {
+                Ok(l) => break l,
+                Err(_) if tries < 200 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("cannot listen on {} again: {e}", self.addr),
+            }
+        };
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let _guard = self.runtime.enter();
+        let listener = TcpListener::from_std(listener).expect("a tokio listener");
+        self.listen(listener);
     }
 
     /// Forgets every list's continue token: the next page answers 410 Expired.
@@ -518,6 +614,7 @@ fn decode(s: &str) -> String {
 struct Connection {
     state: Arc<Mutex<State>>,
     signals: broadcast::Sender<Signal>,
+    outage: watch::Receiver<Option<Outage>>,
 }
 
 impl Connection {
@@ -557,6 +654,18 @@ impl Connection {
             path: path.to_owned(),
             query,
         };
+        let down = *self.outage.borrow();
+        match down {
+            // Keep the request unanswered while the server hangs, then close.
+            Some(Outage::Hang) => {
+                let mut outage = self.outage.clone();
+                let _ = outage.wait_for(|o| *o != Some(Outage::Hang)).await;
+                return;
+            }
+            // Accepted just before the listener closed.
+            Some(Outage::Refuse) => return,
+            None => {}
+        }
         let (delay, failure) = {
             let mut state = self.state();
             state.requests.push(request.clone());
@@ -598,7 +707,17 @@ impl Connection {
             self.watch(stream, &request, selection).await;
         } else {
             let (code, body) = self.list(&request, &selection);
-            respond(&mut stream, code, &body).await;
+            let truncate = {
+                let mut state = self.state();
+                let truncate = state.truncate_lists > 0;
+                state.truncate_lists = state.truncate_lists.saturating_sub(1);
+                truncate
+            };
+            if truncate {
+                respond_truncated(&mut stream, code, &body).await;
+            } else {
+                respond(&mut stream, code, &body).await;
+            }
         }
     }
 
@@ -609,6 +728,13 @@ impl Connection {
             .get("limit")
             .and_then(|l| l.parse::<usize>().ok())
             .filter(|l| *l > 0);
+        if request.query.contains_key("continue") && !state.page_failures.is_empty() {
+            let code = state.page_failures.remove(0);
+            return (
+                code,
+                status(code, reason_phrase(code), "injected failure mid-list"),
+            );
+        }
         let (rv, mut items) = match request.query.get("continue") {
             Some(token) => match state.pages.remove(token).filter(|_| {
                 let expire = state.expire_pages > 0;
@@ -722,9 +848,12 @@ impl Connection {
         }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
+        let mut outage = self.outage.clone();
         loop {
             let signal = tokio::select! {
                 () = &mut deadline => break,
+                // An outage cuts the watch, even one that started as it began.
+                _ = outage.wait_for(Option::is_some) => return,
                 s = live.recv() => s,
             };
             let event = match signal {
@@ -779,6 +908,20 @@ async fn respond(stream: &mut TcpStream, code: u16, body: &Value) {
     );
     let _ = stream.write_all(head.as_bytes()).await;
     let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// As [`respond`], but the body stops halfway and the connection closes.
+async fn respond_truncated(stream: &mut TcpStream, code: u16, body: &Value) {
+    let body = body.to_string();
+    let head = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        reason_phrase(code),
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(&body.as_bytes()[..body.len() / 2]).await;
     let _ = stream.shutdown().await;
 }
 

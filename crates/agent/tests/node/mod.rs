@@ -165,10 +165,13 @@ pub fn names(n: usize, f: impl Fn() -> Result<String, String>) -> Vec<String> {
         .collect()
 }
 
-/// Runs the fake API server on its own thread (in the test's namespace) until dropped.
+/// Runs the fake API server on its own thread (in the test's namespace) until dropped. It
+/// derefs to the [`fake_apiserver::FakeApiServer`], so a test can apply and delete objects and
+/// inject faults while the agent runs.
 pub struct ApiServer {
     /// The server's address.
     pub url: String,
+    server: Option<std::sync::Arc<fake_apiserver::FakeApiServer>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -176,7 +179,7 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts the server holding `objects`.
     pub fn start(objects: Vec<serde_json::Value>) -> ApiServer {
-        let (url_tx, url_rx) = std::sync::mpsc::channel();
+        let (server_tx, server_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -188,23 +191,35 @@ impl ApiServer {
                 for o in objects {
                     server.apply(o);
                 }
-                url_tx.send(server.url()).unwrap();
+                server_tx.send(std::sync::Arc::new(server)).unwrap();
                 let _ = stopped.await;
             });
         });
-        let url = url_rx
+        let server = server_rx
             .recv_timeout(Duration::from_secs(10))
             .expect("fake API server started");
         ApiServer {
-            url,
+            url: server.url(),
+            server: Some(server),
             stop: Some(stop),
             thread: Some(thread),
         }
     }
 }
 
+impl std::ops::Deref for ApiServer {
+    type Target = fake_apiserver::FakeApiServer;
+
+    fn deref(&self) -> &Self::Target {
+        self.server
+            .as_deref()
+            .expect("the server runs until dropped")
+    }
+}
+
 impl Drop for ApiServer {
     fn drop(&mut self) {
+        self.server.take();
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
