@@ -235,11 +235,65 @@ impl Cluster {
             .filter(move |s| s.service == *id)
     }
 
+    /// The slices grouped by their Service, for a pass over every Service: asking
+    /// [`Cluster::slices_of`] for each one scans its whole namespace every time, quadratic in
+    /// a namespace of 10,000 Services.
+    pub fn slices_by_service(&self) -> SlicesByService<'_> {
+        let mut by = BTreeMap::<&ServiceRef, Vec<&EndpointSlice>>::new();
+        for slice in self.slices.values() {
+            by.entry(&slice.service).or_default().push(slice);
+        }
+        SlicesByService(by)
+    }
+
     /// Every address family in use by some Service.
     pub fn families(&self) -> BTreeSet<Family> {
         self.services
             .values()
             .flat_map(|s| s.cluster_ips.iter().map(Family::of))
             .collect()
+    }
+}
+
+/// EndpointSlices grouped by Service ([`Cluster::slices_by_service`]), each group in the order
+/// of [`Cluster::slices`].
+#[derive(Debug, Default)]
+pub struct SlicesByService<'a>(BTreeMap<&'a ServiceRef, Vec<&'a EndpointSlice>>);
+
+impl<'a> SlicesByService<'a> {
+    /// The slices of one Service (as [`Cluster::slices_of`] yields them).
+    pub fn of(&self, id: &ServiceRef) -> &[&'a EndpointSlice] {
+        self.0.get(id).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::fixtures::{cluster, eps, svc};
+
+    #[test]
+    fn slices_by_service_groups_as_slices_of_finds() {
+        let mut other_ns = eps("web", "p", Protocol::Tcp, 80).ready("10.244.0.9", "node-a");
+        other_ns.0.service = ServiceRef::new("prod", "web");
+        // A slice whose name does not start with its Service's.
+        let mut odd_name = eps("web", "q", Protocol::Tcp, 81).ready("10.244.0.8", "node-a");
+        odd_name.0.name = "zzz-mirrored".into();
+        let c = cluster(
+            vec![svc("web"), svc("api"), svc("idle")],
+            vec![
+                eps("web", "p", Protocol::Tcp, 80).ready("10.244.0.2", "node-a"),
+                eps("api", "p", Protocol::Tcp, 80).ready("10.244.0.3", "node-a"),
+                odd_name,
+                other_ns,
+            ],
+        );
+        let by = c.slices_by_service();
+        for id in c.services.keys().chain([&ServiceRef::new("prod", "web")]) {
+            let want: Vec<&EndpointSlice> = c.slices_of(id).collect();
+            assert_eq!(by.of(id), want.as_slice(), "{id}");
+        }
+        assert_eq!(by.of(&ServiceRef::new("default", "web")).len(), 2);
+        assert!(by.of(&ServiceRef::new("default", "idle")).is_empty());
     }
 }

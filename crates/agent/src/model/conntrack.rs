@@ -98,6 +98,7 @@ pub fn conntrack_filter(cluster: &Cluster, config: &ProxyConfig, host: &Host) ->
         out.node_addresses
             .extend(host.node_port_addresses(*family, config));
     }
+    let slices = cluster.slices_by_service();
     for service in cluster.services.values() {
         if service.kind == ServiceType::ExternalName {
             continue;
@@ -119,7 +120,7 @@ pub fn conntrack_filter(cluster: &Cluster, config: &ProxyConfig, host: &Host) ->
                 .collect();
             for port in service.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
                 let serving: BTreeSet<IpAddr> =
-                    port_endpoints(cluster, service, port, family, &topology)
+                    port_endpoints(slices.of(&service.id), port, family, &topology)
                         .iter()
                         .filter(|e| e.serving)
                         .map(|e| e.address.ip())

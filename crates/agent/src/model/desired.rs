@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use super::cluster::{Cluster, Family, Protocol, Service, ServiceType, TrafficPolicy};
+use super::cluster::{
+    Cluster, EndpointSlice, Family, Protocol, Service, ServiceType, TrafficPolicy,
+};
 use super::config::{LocalDetector, ProxyConfig};
 use super::endpoints::{Topology, ZONE_LABEL, choose, port_endpoints};
 use super::iptables::{self, OutFilter};
@@ -96,8 +98,9 @@ pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired 
             );
         }
     }
+    let slices = cluster.slices_by_service();
     for service in cluster.services.values() {
-        out.service(cluster, service);
+        out.service(cluster, slices.of(&service.id), service);
     }
     // Addresses bound on kube-ipvs0, and ownership of every virtual server.
     let addresses: Vec<IpAddr> = out.d.state.addresses.iter().copied().collect();
@@ -243,7 +246,7 @@ impl Builder<'_> {
         }
     }
 
-    fn service(&mut self, cluster: &Cluster, service: &Service) {
+    fn service(&mut self, cluster: &Cluster, slices: &[&EndpointSlice], service: &Service) {
         if service.kind == ServiceType::ExternalName {
             return;
         }
@@ -273,7 +276,7 @@ impl Builder<'_> {
             let etp_local = service.external_traffic_policy == TrafficPolicy::Local;
             let itp_local = service.internal_traffic_policy == TrafficPolicy::Local;
             for port in &service.ports {
-                let eps = port_endpoints(cluster, service, port, family, &topology);
+                let eps = port_endpoints(slices, port, family, &topology);
                 let chosen = choose(&eps, topology.node_hints);
                 if !chosen.cluster.is_empty() && chosen.local.is_empty() {
                     let counts = self.d.no_local_endpoints.entry(family).or_default();

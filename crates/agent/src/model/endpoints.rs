@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::cluster::{Cluster, Family, Service, ServicePort};
+use super::cluster::{Cluster, EndpointSlice, Family, ServicePort};
 
 /// The Node label that names its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -68,20 +68,17 @@ pub struct Chosen {
     pub all_local: Vec<SocketAddr>,
 }
 
-/// Every endpoint of `port` in the family's slices of `service`, one per address, seen from
-/// the node `topology` describes.
+/// Every endpoint of `port` in the family's slices among `slices` (a Service's, from
+/// [`super::cluster::SlicesByService::of`]), one per address, seen from the node `topology`
+/// describes.
 pub fn port_endpoints(
-    cluster: &Cluster,
-    service: &Service,
+    slices: &[&EndpointSlice],
     port: &ServicePort,
     family: Family,
     topology: &Topology,
 ) -> Vec<PortEndpoint> {
     let mut by_addr: BTreeMap<IpAddr, PortEndpoint> = BTreeMap::new();
-    for slice in cluster
-        .slices_of(&service.id)
-        .filter(|s| s.family == family)
-    {
+    for slice in slices.iter().filter(|s| s.family == family) {
         let Some(ep_port) = slice
             .ports
             .iter()
