@@ -1,1 +1,572 @@
-//! Reliability: crash (being written).
+//! Reliability: crash consistency. The agent is killed with SIGKILL at many points of a cold
+//! sync of 10,000 Services (during its kernel writes: virtual and real servers, set entries,
+//! addresses, rules), then started again, sometimes after a Service was removed while it was
+//! dead: the kernel must end exactly as an uninterrupted run leaves it, with no leftover, no
+//! duplicate and nothing missing.
+//!
+//! A cold sync of 10,000 Services takes about a minute in the lab (an unoptimized agent under
+//! emulation), most of it spent before the first kernel write: so the kills form a chain in one
+//! network namespace. Each run resumes what the killed one left (observe, plan the rest, write)
+//! and is killed again a random while after it starts writing; the kill points sweep the whole
+//! cold sync, and between kills the Services of [`REMOVED`] come and go, as a Service removed
+//! (or re-created) while the agent was dead. A last run goes to the end, and its kernel state
+//! is compared with the reference, an uninterrupted run in a fresh namespace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lab::guest::{Netns, sh};
+use lab::report::Row;
+
+use crate::node::{AGENT, kernel_state};
+
+/// Services in the cold sync.
+const N: usize = 10_000;
+/// Kill points (the issue asks for at least 20).
+const POINTS: u32 = 20;
+/// Services removed while the agent is dead: NodePorts with three endpoints, one early in
+/// the plan's order and one in the middle.
+const REMOVED: [usize; 2] = [33, 5013];
+
+/// What Service `i` is made of: every tenth a NodePort, every third three endpoints, every
+/// fiftieth session-affine, every twentieth UDP. Endpoints are distinct across Services and
+/// all on this node (so each has a hairpin entry).
+struct Shape {
+    node_port: Option<u16>,
+    endpoints: usize,
+    affinity: bool,
+    udp: bool,
+}
+
+fn shape(i: usize) -> Shape {
+    Shape {
+        node_port: (i % 10 == 3).then(|| 30000 + (i / 10) as u16),
+        endpoints: if i.is_multiple_of(3) { 3 } else { 1 },
+        affinity: i % 50 == 7,
+        udp: i % 20 == 9,
+    }
+}
+
+fn cluster_ip(i: usize) -> String {
+    format!("10.97.{}.{}", i / 250, i % 250 + 1)
+}
+
+fn endpoint_ip(i: usize, j: usize) -> String {
+    let k = 3 * i + j;
+    format!("10.244.{}.{}", k / 250 + 1, k % 250 + 1)
+}
+
+/// Service `i` and its EndpointSlice, as JSON (parsed several times faster than YAML, which
+/// matters for an agent built without optimizations under emulation).
+fn manifest(i: usize) -> [serde_json::Value; 2] {
+    let s = shape(i);
+    let proto = if s.udp { "UDP" } else { "TCP" };
+    let mut port =
+        serde_json::json!({"name": "p", "protocol": proto, "port": 80, "targetPort": 8080});
+    let mut spec = serde_json::json!({"clusterIP": cluster_ip(i), "ports": [port.clone()]});
+    if let Some(p) = s.node_port {
+        port["nodePort"] = p.into();
+        spec["ports"] = serde_json::json!([port]);
+        spec["type"] = "NodePort".into();
+    }
+    if s.affinity {
+        spec["sessionAffinity"] = "ClientIP".into();
+    }
+    let endpoints: Vec<serde_json::Value> = (0..s.endpoints)
+        .map(|j| serde_json::json!({"addresses": [endpoint_ip(i, j)], "nodeName": "node-a"}))
+        .collect();
+    [
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("s{i}"), "namespace": "t"},
+            "spec": spec,
+        }),
+        serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("s{i}-x"), "namespace": "t",
+                "labels": {"kubernetes.io/service-name": format!("s{i}")}},
+            "addressType": "IPv4",
+            "ports": [{"name": "p", "protocol": proto, "port": 8080}],
+            "endpoints": endpoints,
+        }),
+    ]
+}
+
+/// Services `ids` as one JSON `List`.
+fn list(ids: impl Iterator<Item = usize>) -> String {
+    let items: Vec<serde_json::Value> = ids.flat_map(manifest).collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+/// The counts an exact kernel state has for the Services `0..N` but `without`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    virtual_servers: usize,
+    real_servers: usize,
+    cluster_ips: usize,
+    node_ports_tcp: usize,
+    node_ports_udp: usize,
+    hairpins: usize,
+    owned: usize,
+    addresses: usize,
+}
+
+fn desired_counts(without: &[usize]) -> Counts {
+    let mut c = Counts::default();
+    for i in (0..N).filter(|i| !without.contains(i)) {
+        let s = shape(i);
+        let servers = 1 + usize::from(s.node_port.is_some());
+        c.virtual_servers += servers;
+        c.real_servers += servers * s.endpoints;
+        c.cluster_ips += 1;
+        match (s.node_port, s.udp) {
+            (Some(_), false) => c.node_ports_tcp += 1,
+            (Some(_), true) => c.node_ports_udp += 1,
+            _ => {}
+        }
+        c.hairpins += s.endpoints;
+        c.addresses += 1;
+    }
+    c.owned = c.virtual_servers;
+    c
+}
+
+/// A kernel state as `kernel_state()` prints it, cut in its four parts.
+struct State<'a> {
+    ipvs: Vec<&'a str>,
+    sets: Vec<&'a str>,
+    rules: Vec<&'a str>,
+    addresses: Vec<&'a str>,
+}
+
+fn parts(text: &str) -> State<'_> {
+    let mut it = text.split("\n--\n");
+    let mut next = || it.next().unwrap_or("").lines().collect::<Vec<_>>();
+    let (ipvs, sets, rules) = (next(), next(), next());
+    let addresses = next()
+        .iter()
+        .flat_map(|l| l.split_whitespace().skip(2))
+        .collect();
+    State {
+        ipvs,
+        sets,
+        rules,
+        addresses,
+    }
+}
+
+/// The counts found in a kernel state, plus the virtual servers that are not claimed in
+/// `KUBE-IPVS-OWNED` and the claims without a virtual server.
+fn found_counts(s: &State) -> (Counts, usize) {
+    let entries = |set: &str| {
+        let prefix = format!("add {set} ");
+        s.sets.iter().filter(|l| l.starts_with(&prefix)).count()
+    };
+    // `-A -t 10.97.0.1:80 -s rr` and `add KUBE-IPVS-OWNED 10.97.0.1,tcp:80`.
+    let servers: BTreeSet<String> = s
+        .ipvs
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == "-A").then_some(())?;
+            let proto = match w.next()? {
+                "-t" => "tcp",
+                "-u" => "udp",
+                _ => "sctp",
+            };
+            let (ip, port) = w.next()?.rsplit_once(':')?;
+            Some(format!("{ip},{proto}:{port}"))
+        })
+        .collect();
+    let claims: BTreeSet<String> = s
+        .sets
+        .iter()
+        .filter_map(|l| l.strip_prefix("add KUBE-IPVS-OWNED "))
+        .map(str::to_string)
+        .collect();
+    let unmatched = servers.symmetric_difference(&claims).count();
+    let c = Counts {
+        virtual_servers: s.ipvs.iter().filter(|l| l.starts_with("-A ")).count(),
+        real_servers: s.ipvs.iter().filter(|l| l.starts_with("-a ")).count(),
+        cluster_ips: entries("KUBE-CLUSTER-IP"),
+        node_ports_tcp: entries("KUBE-NODE-PORT-TCP"),
+        node_ports_udp: entries("KUBE-NODE-PORT-UDP"),
+        hairpins: entries("KUBE-LOOP-BACK"),
+        owned: claims.len(),
+        addresses: s.addresses.len(),
+    };
+    (c, unmatched)
+}
+
+/// Lines that occur more often than in the reference (the kernel keys IPVS and sets, so only
+/// rules can really repeat; all parts are checked anyway).
+fn duplicates(got: &[&str], reference: &[&str]) -> Vec<String> {
+    let count = |lines: &[&str]| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for l in lines {
+            *m.entry(l.to_string()).or_default() += 1;
+        }
+        m
+    };
+    let want = count(reference);
+    count(got)
+        .into_iter()
+        .filter(|(l, n)| *n > want.get(l).copied().unwrap_or(1).max(1))
+        .map(|(l, n)| format!("{n}x {l}"))
+        .collect()
+}
+
+/// A set header without its hash size, which the kernel grows with the entries a set ever
+/// held and never shrinks: not an object, and not the agent's to choose.
+fn without_hashsize(line: &str) -> String {
+    match line.split_once(" hashsize ") {
+        Some((a, b)) if line.starts_with("create ") => {
+            let rest = b.split_once(' ').map(|(_, r)| r).unwrap_or("");
+            format!("{a} {rest}")
+        }
+        _ => line.to_string(),
+    }
+}
+
+/// `(leftover, missing)`: lines only in `got`, lines only in `reference`.
+fn difference(got: &str, reference: &str) -> (Vec<String>, Vec<String>) {
+    let g: BTreeSet<String> = got.lines().map(without_hashsize).collect();
+    let r: BTreeSet<String> = reference.lines().map(without_hashsize).collect();
+    (
+        g.difference(&r).map(|s| cut(s)).collect(),
+        r.difference(&g).map(|s| cut(s)).collect(),
+    )
+}
+
+/// A line short enough for a failure message.
+fn cut(line: &str) -> String {
+    line.chars().take(200).collect()
+}
+
+/// A small seeded PRNG (splitmix64): the kill points are random but reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The seed: `RELIABILITY_SEED` in the guest's environment or, since `lab test` does not pass
+/// the host's environment into the VM, as it was when the test was built; else the clock.
+fn seed() -> u64 {
+    std::env::var("RELIABILITY_SEED")
+        .ok()
+        .or(option_env!("RELIABILITY_SEED").map(str::to_string))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+/// A fresh network namespace with a node address (a veth pair, both ends here) for the
+/// NodePorts.
+fn fresh_node() {
+    Netns::fresh();
+    sh(
+        "ip link add n0 type veth peer name n1 && ip addr add 192.168.100.1/24 dev n0 && \
+        ip link set n0 up && ip link set n1 up",
+    );
+}
+
+struct Agent {
+    dir: PathBuf,
+}
+
+/// When a run reached its phases, as its debug log says.
+#[derive(Debug, Default, Clone, Copy)]
+struct Phases {
+    /// The kernel was read ("observed sets"): the plan is computed next.
+    observed: Option<Instant>,
+    /// The first group of operations was applied.
+    first_write: Option<Instant>,
+}
+
+/// A running agent whose debug log is followed on a thread.
+struct Run {
+    child: Child,
+    events: mpsc::Receiver<(&'static str, Instant)>,
+    phases: Phases,
+}
+
+impl Run {
+    /// Waits for `phase` ("observed" or "first_write"); `false` when the run ended first.
+    fn wait(&mut self, phase: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let reached = match phase {
+                "observed" => self.phases.observed.is_some(),
+                _ => self.phases.first_write.is_some(),
+            };
+            if reached {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(("observed", at)) => self.phases.observed = Some(at),
+                Ok((_, at)) => self.phases.first_write = Some(at),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the agent did not reach {phase} within {limit:?}")
+                }
+            }
+        }
+    }
+}
+
+impl Agent {
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(AGENT);
+        c.arg("--manifests")
+            .arg(&self.dir)
+            .args(["--hostname-override", "node-a"])
+            .args(["--cluster-cidr", "10.244.0.0/16"])
+            .args(["--nodeport-addresses", "192.168.100.0/24"])
+            .args(extra);
+        c
+    }
+
+    /// Starts the agent (`--once`, or the daemon) with its debug log followed.
+    fn start(&self, daemon: bool) -> Run {
+        let extra: &[&str] = if daemon { &[] } else { &["--once"] };
+        let mut child = self
+            .command(extra)
+            .env("RUST_LOG", "kube_proxy_ipvs_agent=debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the agent");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, events) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut failed = Vec::new();
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let now = Instant::now();
+                if line.contains("observed sets") {
+                    let _ = tx.send(("observed", now));
+                } else if line.contains("applied a group") {
+                    let _ = tx.send(("first_write", now));
+                } else if line.contains("operation failed") && failed.len() < 5 {
+                    failed.push(line);
+                }
+            }
+            for l in failed {
+                println!("crash: agent: {l}");
+            }
+        });
+        Run {
+            child,
+            events,
+            phases: Phases::default(),
+        }
+    }
+
+    /// Runs the agent to the end; returns its start, its phases and its end.
+    fn complete(&self) -> (Instant, Phases, Instant) {
+        let t = Instant::now();
+        let mut run = self.start(false);
+        assert!(
+            run.wait("observed", LIMIT),
+            "the agent ended before reading the kernel"
+        );
+        run.wait("first_write", LIMIT);
+        let status = run.child.wait().expect("wait for the agent");
+        while let Ok((what, at)) = run.events.recv() {
+            if what == "first_write" && run.phases.first_write.is_none() {
+                run.phases.first_write = Some(at);
+            }
+        }
+        assert!(status.success(), "agent --once failed: {status}");
+        (t, run.phases, Instant::now())
+    }
+}
+
+/// The longest a run may take to reach a phase.
+const LIMIT: Duration = Duration::from_secs(600);
+
+/// What a kill left in the kernel, from cheap reads (no full dump of 10,000 servers):
+/// virtual servers, real servers, set entries, addresses.
+fn partial() -> [usize; 4] {
+    let out = sh("grep -c -E '^(TCP|UDP|SCTP) ' /proc/net/ip_vs || true; \
+        grep -c -- '->' /proc/net/ip_vs || true; \
+        ipset list -t 2>/dev/null | awk '/^Number of entries/ {n += $4} END {print n + 0}'; \
+        (ip -o addr show dev kube-ipvs0 2>/dev/null || true) | wc -l");
+    let n: Vec<usize> = out
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    [0, 1, 2, 3].map(|i| n.get(i).copied().unwrap_or(0))
+}
+
+#[test]
+fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
+    let mut row = Row::new("crash", "kill -9 during a cold sync, restart");
+    let started = Instant::now();
+    let seed = seed();
+    println!("crash: seed {seed} (RELIABILITY_SEED={seed} to repeat these kill points)");
+    let mut rng = Rng(seed);
+
+    let dir = std::env::temp_dir().join("agent-lab-crash10k");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kept = list((0..N).filter(|i| !REMOVED.contains(i)));
+    let removed = list(REMOVED.into_iter());
+    std::fs::write(dir.join("kept.json"), kept).unwrap();
+    let agent = Agent { dir: dir.clone() };
+    let removed_file = dir.join("removed.json");
+
+    // The reference: an uninterrupted run without the removed Services, checked against the
+    // counts the manifests call for. Its log gives the cold sync's shape: the plan's
+    // computation, then the writes.
+    fresh_node();
+    let (start, phases, end) = agent.complete();
+    let whole = end - start;
+    let observed = phases.observed.expect("observed");
+    let first_write = phases.first_write.unwrap_or(observed);
+    let compute = first_write - observed;
+    let writes = end - first_write;
+    let reference = kernel_state();
+    let want = desired_counts(&REMOVED);
+    let (counts, unmatched) = found_counts(&parts(&reference));
+    assert_eq!(counts, want, "an uninterrupted run");
+    assert_eq!(unmatched, 0, "virtual servers and claims differ");
+    let rules: Vec<&str> = parts(&reference)
+        .rules
+        .into_iter()
+        .filter(|l| l.starts_with("-A"))
+        .collect();
+    let dups = duplicates(&rules, &[]);
+    assert!(dups.is_empty(), "duplicate rules: {dups:?}");
+    println!(
+        "crash: reference run {whole:.1?} (kernel read after {:.1?}, plan {compute:.1?}, writes about {writes:.1?}), \
+         {} virtual servers, {} real servers; {:.1?} so far",
+        observed - start,
+        want.virtual_servers,
+        want.real_servers,
+        started.elapsed()
+    );
+
+    // The chain: each run is killed a random while (mean: a POINTS-th of the writes) after
+    // its first write; the removed Services come and go between kills.
+    fresh_node();
+    // Progress: the servers and addresses made (the sets fill first, within the first kill).
+    let total = want.virtual_servers + want.real_servers + want.addresses;
+    let mut kills: Vec<String> = Vec::new();
+    let mut progress: Vec<f64> = Vec::new();
+    let mut present = false;
+    let mut k = 0u32;
+    while k < POINTS {
+        if present {
+            std::fs::write(&removed_file, &removed).unwrap();
+        } else {
+            let _ = std::fs::remove_file(&removed_file);
+        }
+        present = !present;
+        let t = Instant::now();
+        let daemon = k % 2 == 1;
+        let mode = if daemon { "daemon" } else { "--once" };
+        let mut run = agent.start(daemon);
+        // Kill during the writes: a random while (a POINTS-th of the reference's writes on
+        // average) after this run's first write.
+        if !run.wait("first_write", LIMIT) {
+            println!("crash: run {k} ({mode}) had nothing to write; chain ends");
+            let _ = run.child.wait();
+            break;
+        }
+        let delay = writes.mul_f64(2.0 * rng.unit() / f64::from(POINTS));
+        let at = run.phases.first_write.unwrap() + delay;
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        let _ = run.child.kill();
+        let status = run.child.wait().expect("reap the agent");
+        if status.code().is_some() {
+            // It finished before the kill: the cold sync is done; not a kill point.
+            println!("crash: run {k} ({mode}) finished before its kill; chain ends");
+            break;
+        }
+        let [vs, rs, entries, addresses] = partial();
+        let done = (vs + rs + addresses) as f64 / total as f64;
+        println!(
+            "crash: kill {k}: {mode} killed {delay:.1?} after its first write, left {vs} virtual servers, \
+             {rs} real servers, {entries} set entries, {addresses} addresses (~{:.0}%); {:.1?}",
+            done * 100.0,
+            t.elapsed()
+        );
+        kills.push(format!("{mode} at {delay:.1?}"));
+        progress.push(done);
+        k += 1;
+    }
+    let _ = std::fs::remove_file(&removed_file);
+    let t = Instant::now();
+    let (s0, _, s1) = agent.complete();
+    let last = s1 - s0;
+    let got = kernel_state();
+    println!(
+        "crash: the last run took {last:.1?}, reading the kernel {:.1?}",
+        t.elapsed() - last
+    );
+
+    let (extra, lost) = difference(&got, &reference);
+    let (g, r) = (parts(&got), parts(&reference));
+    let dups: Vec<String> = [
+        duplicates(&g.ipvs, &r.ipvs),
+        duplicates(&g.sets, &r.sets),
+        duplicates(&g.rules, &r.rules),
+    ]
+    .concat();
+    let (counts, unmatched) = found_counts(&g);
+    let elapsed = started.elapsed();
+    println!("crash: {k} kills in {elapsed:.1?}");
+    let (lo, hi) = progress
+        .iter()
+        .fold((1.0f64, 0.0f64), |(lo, hi), p| (lo.min(*p), hi.max(*p)));
+    row.tried(format!(
+        "{k} kills (seed {seed}, --once and daemon alternately) at {:.0}%..{:.0}% of a cold sync of {N} Services \
+         ({} virtual servers, {} real servers; {whole:.0?} uninterrupted), {} Services removed and re-created while dead",
+        lo * 100.0,
+        hi * 100.0,
+        want.virtual_servers,
+        want.real_servers,
+        REMOVED.len(),
+    ));
+    row.lost(format!(
+        "{} leftover, {} duplicate, {} missing objects",
+        extra.len(),
+        dups.len(),
+        lost.len()
+    ));
+    assert!(
+        k >= POINTS,
+        "only {k} kill points landed before the cold sync ended"
+    );
+    assert!(
+        extra.is_empty() && lost.is_empty() && dups.is_empty() && counts == want && unmatched == 0,
+        "after kills {kills:?}: {} leftover {:?}, {} missing {:?}, duplicates {dups:?}, counts {counts:?} (want {want:?}), \
+         {unmatched} servers and claims unmatched",
+        extra.len(),
+        extra.iter().take(10).collect::<Vec<_>>(),
+        lost.len(),
+        lost.iter().take(10).collect::<Vec<_>>(),
+    );
+}
