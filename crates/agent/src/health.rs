@@ -596,7 +596,9 @@ mod tests {
     fn a_blocked_agent_is_unhealthy_at_once_and_says_why_until_unblocked() {
         let mut h = ProxyHealth::new(Duration::from_secs(60));
         h.updated(Family::V4, t(0));
-        h.set_blocked(Some("add service TCP 10.96.0.1:443 \"fo\": no such scheduler"));
+        h.set_blocked(Some(
+            "add service TCP 10.96.0.1:443 \"fo\": no such scheduler",
+        ));
         let (code, body) = h.healthz(t(1));
         assert_eq!(code, 503);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -268,37 +268,52 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         }
         info!("shutting down; the kernel state stays in place");
     };
-    sync::run(&mut syncer, snapshots, periods, shutdown, |report| {
-        let mut obs = SyncObservation::from_plan(
-            &report.plan,
-            &report.applied,
-            report.duration,
-            SystemTime::now(),
-        );
-        obs.drift_repaired = report.drift.counts.clone();
-        if !report.drift.is_empty() {
-            // Once per repairing sync: the repair leaves nothing for the next one to find.
-            warn!("repaired kernel state changed outside the agent: {}", report.drift);
-        }
-        for (family, (internal, external)) in &report.no_local_endpoints {
-            metrics.no_local_endpoints(*family, *internal, *external);
-        }
-        metrics.ipset_entries(report.set_sizes.iter().cloned());
-        metrics.observe_sync(&obs, report.full);
-        metrics.destinations_draining(report.draining as u64);
-        for c in &report.conntrack {
-            metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
-        }
-        *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
-        metrics.service_changes(0, 0);
-        metrics.endpoint_changes(0, 0);
-        // As in kube-proxy, a sync counts as done when the rules were written, even if some
-        // objects failed (they are retried and logged); only a sync that could program
-        // nothing at all makes the agent unhealthy (`on_blocked` below).
-        if !report.applied.failed.iter().any(|(op, _)| op.starts_with("write ")) {
-            health.updated();
-        }
-    }, |blocked| health.set_blocked(blocked))
+    sync::run(
+        &mut syncer,
+        snapshots,
+        periods,
+        shutdown,
+        |report| {
+            let mut obs = SyncObservation::from_plan(
+                &report.plan,
+                &report.applied,
+                report.duration,
+                SystemTime::now(),
+            );
+            obs.drift_repaired = report.drift.counts.clone();
+            if !report.drift.is_empty() {
+                // Once per repairing sync: the repair leaves nothing for the next one to find.
+                warn!(
+                    "repaired kernel state changed outside the agent: {}",
+                    report.drift
+                );
+            }
+            for (family, (internal, external)) in &report.no_local_endpoints {
+                metrics.no_local_endpoints(*family, *internal, *external);
+            }
+            metrics.ipset_entries(report.set_sizes.iter().cloned());
+            metrics.observe_sync(&obs, report.full);
+            metrics.destinations_draining(report.draining as u64);
+            for c in &report.conntrack {
+                metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
+            }
+            *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
+            metrics.service_changes(0, 0);
+            metrics.endpoint_changes(0, 0);
+            // As in kube-proxy, a sync counts as done when the rules were written, even if some
+            // objects failed (they are retried and logged); only a sync that could program
+            // nothing at all makes the agent unhealthy (`on_blocked` below).
+            if !report
+                .applied
+                .failed
+                .iter()
+                .any(|(op, _)| op.starts_with("write "))
+            {
+                health.updated();
+            }
+        },
+        |blocked| health.set_blocked(blocked),
+    )
     .await;
     Ok(ExitCode::SUCCESS)
 }

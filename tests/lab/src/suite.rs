@@ -106,7 +106,9 @@ pub fn run(image: &Image, build: &Build, test_args: &[String], config: &Config) 
     // The reliability suite's knobs (RELIABILITY_OUTAGE_SECS...) reach the tests.
     for (key, value) in std::env::vars() {
         if key.starts_with("RELIABILITY_")
-            && key.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
         {
             script.push_str(&format!("export {key}={}\n", shell_quote(&value)));
         }
