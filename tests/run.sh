@@ -20,6 +20,6 @@ step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 step "kernel tests in the lab"
-cargo run --quiet -p lab -- test
+cargo run --quiet -p lab -- test --release
 step "done"
 echo "total: $(($(date +%s) - start))s"

@@ -44,7 +44,9 @@ enum Cmd {
         /// Only these packages (repeatable).
         #[arg(short, long = "package")]
         packages: Vec<String>,
-        /// Build the tests in release mode.
+        /// Build the tests optimized (the `labtest` profile: release with debug assertions and
+        /// overflow checks), so that the emulated CPU spends its time in the kernel, not in
+        /// unoptimized code; this is how `tests/run.sh` runs them.
         #[arg(long)]
         release: bool,
         /// Arguments for every libtest binary (a name filter, --nocapture, ...).

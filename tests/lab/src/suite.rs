@@ -31,7 +31,12 @@ pub struct Build {
     pub programs: Vec<PathBuf>,
 }
 
-/// Builds the kernel tests of the workspace (or of `packages`, when not empty).
+/// The cargo profile of an optimized build of the kernel tests (see the workspace's
+/// Cargo.toml).
+pub const OPTIMIZED_PROFILE: &str = "labtest";
+
+/// Builds the kernel tests of the workspace (or of `packages`, when not empty), optimized
+/// with [`OPTIMIZED_PROFILE`] when `release`.
 pub fn build(packages: &[String], release: bool) -> Result<Build> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.args([
@@ -48,7 +53,7 @@ pub fn build(packages: &[String], release: bool) -> Result<Build> {
         }
     }
     if release {
-        cmd.arg("--release");
+        cmd.args(["--profile", OPTIMIZED_PROFILE]);
     }
     cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     let out = cmd.output().map_err(|e| Error::spawn(&cmd, e))?;

@@ -210,7 +210,9 @@ impl Kernel {
     /// Sends IPVS operations in batches of [`IPVS_CHUNK`]; an operation's text is made only
     /// when it fails.
     async fn apply_ipvs(&self, ops: &[&Op], applied: &mut Applied) {
-        for chunk in ops.chunks(IPVS_CHUNK) {
+        let batches = ops.len().div_ceil(IPVS_CHUNK);
+        for (n, chunk) in ops.chunks(IPVS_CHUNK).enumerate() {
+            let t = Instant::now();
             let mut batch = self.ipvs.batch();
             let mut queued: Vec<&Op> = Vec::with_capacity(chunk.len());
             for op in chunk {
@@ -271,6 +273,8 @@ impl Kernel {
                     }
                 }
             }
+            // The progress of a long apply (a cold sync sends tens of batches).
+            debug!(batch = n + 1, of = batches, ops = chunk.len(), elapsed = ?t.elapsed(), "sent an IPVS batch");
         }
     }
 

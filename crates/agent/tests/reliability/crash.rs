@@ -4,13 +4,19 @@
 //! dead: the kernel must end exactly as an uninterrupted run leaves it, with no leftover, no
 //! duplicate and nothing missing.
 //!
-//! A cold sync of 10,000 Services takes about a minute in the lab (an unoptimized agent under
-//! emulation), most of it spent before the first kernel write: so the kills form a chain in one
-//! network namespace. Each run resumes what the killed one left (observe, plan the rest, write)
-//! and is killed again a random while after it starts writing; the kill points sweep the whole
-//! cold sync, and between kills the Services of [`REMOVED`] come and go, as a Service removed
-//! (or re-created) while the agent was dead. A last run goes to the end, and its kernel state
-//! is compared with the reference, an uninterrupted run in a fresh namespace.
+//! A cold sync of 10,000 Services takes over a minute in the lab (emulated CPU), a sixth of it
+//! before the first kernel write: so the kills form a chain in one network namespace. Each run
+//! resumes what the killed one left (observe, plan the rest, write) and is killed again. The
+//! kill points are placed by the agent's own progress, not by time (its writes are far from
+//! uniform in time: set entries and addresses go on worker threads beside the IPVS batches):
+//! its debug log reports each group of operations applied and each IPVS batch sent, and kill
+//! `k` lands inside step `(k + u) / POINTS` of an uninterrupted run's steps (`u` random), so
+//! the kills sweep the whole cold sync. Between kills the Services of [`REMOVED`] come and
+//! go, as a Service removed (or re-created) while the agent was dead. A last run goes to the
+//! end, and its kernel state is compared with the reference, the uninterrupted run in a fresh
+//! namespace.
+//!
+//! Wall time in the VM (release build): about 80 s for the reference, 15 to 30 s per kill.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -294,44 +300,70 @@ struct Agent {
     dir: PathBuf,
 }
 
-/// When a run reached its phases, as its debug log says.
-#[derive(Debug, Default, Clone, Copy)]
-struct Phases {
+/// What a run's debug log tells, line by line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
     /// The kernel was read ("observed sets"): the plan is computed next.
-    observed: Option<Instant>,
-    /// The first group of operations was applied.
-    first_write: Option<Instant>,
+    Observed,
+    /// A step of the writes was done: a group of operations applied, or one IPVS batch of
+    /// a group sent (the lines come after the step).
+    Step,
+    /// A sync was reported done: the cold sync is over.
+    Synced,
 }
 
 /// A running agent whose debug log is followed on a thread.
 struct Run {
     child: Child,
-    events: mpsc::Receiver<(&'static str, Instant)>,
-    phases: Phases,
+    events: mpsc::Receiver<(Event, Instant)>,
+    /// What the log said so far, in order.
+    seen: Vec<(Event, Instant)>,
 }
 
 impl Run {
-    /// Waits for `phase` ("observed" or "first_write"); `false` when the run ended first.
-    fn wait(&mut self, phase: &str, limit: Duration) -> bool {
+    /// Waits until the log has said `event` `n` times; `false` when the run ended (or, for a
+    /// daemon, reported its sync done) first.
+    fn wait_for(&mut self, event: Event, n: usize, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
-            let reached = match phase {
-                "observed" => self.phases.observed.is_some(),
-                _ => self.phases.first_write.is_some(),
-            };
-            if reached {
+            if self.count(Event::Synced) > 0 && event != Event::Synced {
+                return false;
+            }
+            if self.count(event) >= n {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(("observed", at)) => self.phases.observed = Some(at),
-                Ok((_, at)) => self.phases.first_write = Some(at),
+                Ok(e) => self.seen.push(e),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return false,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    panic!("the agent did not reach {phase} within {limit:?}")
+                    panic!("the agent did not log {n} x {event:?} within {limit:?}")
                 }
             }
         }
+    }
+
+    fn count(&self, event: Event) -> usize {
+        self.seen.iter().filter(|(e, _)| *e == event).count()
+    }
+
+    fn first(&self, event: Event) -> Option<Instant> {
+        self.seen.iter().find(|(e, _)| *e == event).map(|(_, t)| *t)
+    }
+
+    /// Kills the run and reaps it; then reads the rest of its log. `true` when the kill
+    /// landed during the sync: the process was still running and had not reported its sync
+    /// done before the kill.
+    fn kill(&mut self) -> bool {
+        let at = Instant::now();
+        let _ = self.child.kill();
+        let status = self.child.wait().expect("reap the agent");
+        self.seen.extend(self.events.iter());
+        let synced_before = self
+            .seen
+            .iter()
+            .any(|(e, t)| *e == Event::Synced && *t <= at);
+        status.code().is_none() && !synced_before
     }
 }
 
@@ -364,13 +396,19 @@ impl Agent {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 let now = Instant::now();
-                if line.contains("observed sets") {
-                    let _ = tx.send(("observed", now));
-                } else if line.contains("applied a group") {
-                    let _ = tx.send(("first_write", now));
-                } else if line.contains("operation failed") && failed.len() < 5 {
-                    failed.push(line);
-                }
+                let event = if line.contains("observed sets") {
+                    Event::Observed
+                } else if line.contains("applied a group") || line.contains("sent an IPVS batch") {
+                    Event::Step
+                } else if line.contains(" synced ") {
+                    Event::Synced
+                } else {
+                    if line.contains("operation failed") && failed.len() < 5 {
+                        failed.push(line);
+                    }
+                    continue;
+                };
+                let _ = tx.send((event, now));
             }
             for l in failed {
                 println!("crash: agent: {l}");
@@ -379,32 +417,30 @@ impl Agent {
         Run {
             child,
             events,
-            phases: Phases::default(),
+            seen: Vec::new(),
         }
     }
 
-    /// Runs the agent to the end; returns its start, its phases and its end.
-    fn complete(&self) -> (Instant, Phases, Instant) {
+    /// Runs `--once` to the end; returns it with its whole log, and its start and end.
+    fn complete(&self) -> (Run, Instant, Instant) {
         let t = Instant::now();
         let mut run = self.start(false);
+        let status = run.child.wait().expect("wait for the agent");
+        run.seen.extend(run.events.iter());
+        assert!(status.success(), "agent --once failed: {status}");
         assert!(
-            run.wait("observed", LIMIT),
+            run.count(Event::Observed) > 0,
             "the agent ended before reading the kernel"
         );
-        run.wait("first_write", LIMIT);
-        let status = run.child.wait().expect("wait for the agent");
-        while let Ok((what, at)) = run.events.recv() {
-            if what == "first_write" && run.phases.first_write.is_none() {
-                run.phases.first_write = Some(at);
-            }
-        }
-        assert!(status.success(), "agent --once failed: {status}");
-        (t, run.phases, Instant::now())
+        (run, t, Instant::now())
     }
 }
 
 /// The longest a run may take to reach a phase.
 const LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs in all (killed or finished) before the test gives up on landing [`POINTS`] kills.
+const MAX_RUNS: u32 = 3 * POINTS;
 
 /// What a kill left in the kernel, from cheap reads (no full dump of 10,000 servers):
 /// virtual servers, real servers, set entries, addresses.
@@ -438,15 +474,15 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
     let removed_file = dir.join("removed.json");
 
     // The reference: an uninterrupted run without the removed Services, checked against the
-    // counts the manifests call for. Its log gives the cold sync's shape: the plan's
-    // computation, then the writes.
+    // counts the manifests call for. Its log gives the cold sync's shape: the steps of
+    // operations it writes and how long each takes.
     fresh_node();
-    let (start, phases, end) = agent.complete();
-    let whole = end - start;
-    let observed = phases.observed.expect("observed");
-    let first_write = phases.first_write.unwrap_or(observed);
-    let compute = first_write - observed;
+    let (run, start, end) = agent.complete();
+    let observed = run.first(Event::Observed).expect("observed");
+    let first_write = run.first(Event::Step).unwrap_or(observed);
+    let steps = run.count(Event::Step);
     let writes = end - first_write;
+    let per_step = writes / steps.max(1) as u32;
     let reference = kernel_state();
     let want = desired_counts(&REMOVED);
     let (counts, unmatched) = found_counts(&parts(&reference));
@@ -459,25 +495,44 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
         .collect();
     let dups = duplicates(&rules, &[]);
     assert!(dups.is_empty(), "duplicate rules: {dups:?}");
+    assert!(
+        steps >= 2 * POINTS as usize,
+        "the cold sync wrote only {steps} steps: too few for {POINTS} kill points"
+    );
     println!(
-        "crash: reference run {whole:.1?} (kernel read after {:.1?}, plan {compute:.1?}, writes about {writes:.1?}), \
+        "crash: reference run {:.1?} (kernel read after {:.1?}, plan {:.1?}, {steps} steps written in {writes:.1?}), \
          {} virtual servers, {} real servers; {:.1?} so far",
+        end - start,
         observed - start,
+        first_write - observed,
         want.virtual_servers,
         want.real_servers,
         started.elapsed()
     );
 
-    // The chain: each run is killed a random while (mean: a POINTS-th of the writes) after
-    // its first write; the removed Services come and go between kills.
+    // The chain: kill k lands in step ((k + u) / POINTS) of the reference's sequence (u
+    // uniform in [0, 1)), counted from the steps the runs before it completed, at a random
+    // moment within that step: the kill points sweep the whole cold sync, in order. A run
+    // killed resumes in the next: observe, plan what is left, write. The removed Services
+    // come and go between kills. Should a run finish before its kill (a resumed plan can be
+    // shorter than the reference's remainder), it is no kill point: the chain starts over in
+    // a fresh namespace.
     fresh_node();
-    // Progress: the servers and addresses made (the sets fill first, within the first kill).
     let total = want.virtual_servers + want.real_servers + want.addresses;
     let mut kills: Vec<String> = Vec::new();
     let mut progress: Vec<f64> = Vec::new();
     let mut present = false;
-    let mut k = 0u32;
-    while k < POINTS {
+    let mut done_steps = 0usize;
+    let mut restarts = 0u32;
+    let mut runs = 0u32;
+    while (kills.len() as u32) < POINTS {
+        assert!(
+            runs < MAX_RUNS,
+            "{runs} runs landed only {} kill points",
+            kills.len()
+        );
+        runs += 1;
+        let k = kills.len() as u32;
         if present {
             std::fs::write(&removed_file, &removed).unwrap();
         } else {
@@ -485,41 +540,46 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
         }
         present = !present;
         let t = Instant::now();
-        let daemon = k % 2 == 1;
+        let daemon = runs.is_multiple_of(2);
         let mode = if daemon { "daemon" } else { "--once" };
+        let target = ((f64::from(k) + rng.unit()) * steps as f64 / f64::from(POINTS)) as usize;
+        // Kill during this run's step `nth` (1-based), after `nth - 1` of them were logged.
+        let nth = target.saturating_sub(done_steps).max(2);
         let mut run = agent.start(daemon);
-        // Kill during the writes: a random while (a POINTS-th of the reference's writes on
-        // average) after this run's first write.
-        if !run.wait("first_write", LIMIT) {
-            println!("crash: run {k} ({mode}) had nothing to write; chain ends");
-            let _ = run.child.wait();
-            break;
+        let reached = run.wait_for(Event::Step, nth - 1, LIMIT);
+        let within = per_step.mul_f64(rng.unit());
+        if reached {
+            std::thread::sleep(within);
         }
-        let delay = writes.mul_f64(2.0 * rng.unit() / f64::from(POINTS));
-        let at = run.phases.first_write.unwrap() + delay;
-        std::thread::sleep(at.saturating_duration_since(Instant::now()));
-        let _ = run.child.kill();
-        let status = run.child.wait().expect("reap the agent");
-        if status.code().is_some() {
-            // It finished before the kill: the cold sync is done; not a kill point.
-            println!("crash: run {k} ({mode}) finished before its kill; chain ends");
-            break;
+        let landed = reached && run.kill();
+        if !landed {
+            let _ = run.kill();
+            println!(
+                "crash: run {runs} ({mode}) finished after {} steps, before its kill in step {nth}; \
+                 starting the chain over in a fresh namespace",
+                run.count(Event::Step)
+            );
+            restarts += 1;
+            fresh_node();
+            done_steps = 0;
+            continue;
         }
+        done_steps += run.count(Event::Step);
         let [vs, rs, entries, addresses] = partial();
         let done = (vs + rs + addresses) as f64 / total as f64;
         println!(
-            "crash: kill {k}: {mode} killed {delay:.1?} after its first write, left {vs} virtual servers, \
-             {rs} real servers, {entries} set entries, {addresses} addresses (~{:.0}%); {:.1?}",
+            "crash: kill {k}: {mode} killed in its step {nth} (+{within:.1?}; target step {target} of {steps}), \
+             left {vs} virtual servers, {rs} real servers, {entries} set entries, {addresses} addresses \
+             (~{:.0}%); {:.1?}",
             done * 100.0,
             t.elapsed()
         );
-        kills.push(format!("{mode} at {delay:.1?}"));
+        kills.push(format!("{mode} in step {nth} (+{within:.1?})"));
         progress.push(done);
-        k += 1;
     }
     let _ = std::fs::remove_file(&removed_file);
     let t = Instant::now();
-    let (s0, _, s1) = agent.complete();
+    let (_, s0, s1) = agent.complete();
     let last = s1 - s0;
     let got = kernel_state();
     println!(
@@ -537,17 +597,23 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
     .concat();
     let (counts, unmatched) = found_counts(&g);
     let elapsed = started.elapsed();
-    println!("crash: {k} kills in {elapsed:.1?}");
+    println!(
+        "crash: {} kills in {runs} runs ({restarts} chain restarts), {elapsed:.1?}",
+        kills.len()
+    );
     let (lo, hi) = progress
         .iter()
         .fold((1.0f64, 0.0f64), |(lo, hi), p| (lo.min(*p), hi.max(*p)));
     row.tried(format!(
-        "{k} kills (seed {seed}, --once and daemon alternately) at {:.0}%..{:.0}% of a cold sync of {N} Services \
-         ({} virtual servers, {} real servers; {whole:.0?} uninterrupted), {} Services removed and re-created while dead",
+        "{} kills (seed {seed}, --once and daemon alternately) at {:.0}%..{:.0}% of a cold sync of {N} Services \
+         ({} virtual servers, {} real servers, {steps} steps of writes; {:.0?} uninterrupted), \
+         {} Services removed and re-created while dead",
+        kills.len(),
         lo * 100.0,
         hi * 100.0,
         want.virtual_servers,
         want.real_servers,
+        end - start,
         REMOVED.len(),
     ));
     row.lost(format!(
@@ -556,10 +622,6 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
         dups.len(),
         lost.len()
     ));
-    assert!(
-        k >= POINTS,
-        "only {k} kill points landed before the cold sync ended"
-    );
     assert!(
         extra.is_empty() && lost.is_empty() && dups.is_empty() && counts == want && unmatched == 0,
         "after kills {kills:?}: {} leftover {:?}, {} missing {:?}, duplicates {dups:?}, counts {counts:?} (want {want:?}), \
