@@ -228,15 +228,7 @@ fn foreign_ipvs_services_survive_syncs_and_cleanup() {
         "{ipvs}"
     );
     // --cleanup removes all of ours and nothing else.
-    let out = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cleanup();
     let ipvs = sh("ipvsadm -Sn");
     assert_eq!(
         ipvs.lines().filter(|l| l.starts_with("-A")).count(),
@@ -445,11 +437,7 @@ fn the_api_server_source_programs_what_the_manifests_program() {
     }
     node.once(&[]);
     let from_manifests = kernel_state();
-    let cleanup = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(cleanup.status.success());
+    cleanup();
     assert_eq!(sh("ipvsadm -Sn"), "");
 
     let server = ApiServer::start(objects);
@@ -660,8 +648,25 @@ fn a_removed_endpoint_drains_its_open_connection_then_goes() {
 
 /// Sends one datagram from local port `source_port` to `addr` and waits up to `wait` for
 /// the answer: the same source port each time, so every call is one conntrack flow.
+///
+/// The bind is retried for a while on `EADDRINUSE`: a process another test thread is
+/// spawning holds a copy of every open descriptor, the previous call's socket included, until
+/// it executes its program (std's sockets are close-on-exec), and under emulation that can
+/// take a moment.
 fn ask_udp_from(source_port: u16, addr: SocketAddr, wait: Duration) -> Result<String, String> {
-    let s = std::net::UdpSocket::bind(("0.0.0.0", source_port)).map_err(|e| e.to_string())?;
+    let bound = Instant::now();
+    let s = loop {
+        match std::net::UdpSocket::bind(("0.0.0.0", source_port)) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && bound.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(format!("bind port {source_port}: {e}")),
+        }
+    };
     s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
     s.send_to(b"?", addr)
         .map_err(|e| format!("send {addr}: {e}"))?;
@@ -759,28 +764,20 @@ fn an_unknown_scheduler_is_refused_at_start_and_init_only_sets_up_the_host() {
 fn a_sync_killed_at_any_point_converges_without_leftovers() {
     const N: usize = 300;
     let node = Node::new("crash", 1);
-    let cleanup = || {
-        let out = Command::new(AGENT)
-            .args(["--hostname-override", "node-a", "--cleanup"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let clean = || {
+        cleanup();
         assert_eq!(sh("ipvsadm -Sn"), "");
     };
     // The state an uninterrupted run reaches once Service s7 is gone.
     node.write("svc.yaml", &many_services(N, Some(7)));
     node.once(&[]);
     let reference = kernel_state();
-    cleanup();
+    clean();
     let started = Instant::now();
     node.write("svc.yaml", &many_services(N, None));
     node.once(&[]);
     let cold = started.elapsed();
-    cleanup();
+    clean();
     // Kill the agent at points spread over a cold sync, remove s7, run again: exactly the
     // reference, whatever the crash left (s7's half-made objects included).
     for step in 0..8u32 {
@@ -799,6 +796,6 @@ fn a_sync_killed_at_any_point_converges_without_leftovers() {
             "killed {:?} into a {cold:?} cold sync",
             cold * step / 8
         );
-        cleanup();
+        clean();
     }
 }

@@ -232,7 +232,7 @@ impl Drop for ApiServer {
 /// The kernel state that matters, in a comparable form: virtual servers, set contents and
 /// headers (without the random hash seed), our rules.
 pub fn kernel_state() -> String {
-    let mut ipvs: Vec<String> = sh("ipvsadm -Sn").lines().map(str::to_string).collect();
+    let mut ipvs: Vec<String> = stable_ipvs_dump().lines().map(str::to_string).collect();
     ipvs.sort();
     let mut sets: Vec<String> = sh("ipset save")
         .lines()
@@ -253,19 +253,39 @@ pub fn kernel_state() -> String {
     )
 }
 
+/// `ipvsadm -Sn`, read until two dumps in a row agree. A dump larger than one netlink message
+/// is resumed by position, and the kernel counts that position over the services of every
+/// network namespace: while another test changes IPVS in its own namespace, a large dump can
+/// repeat or skip entries of ours (the kernel's objects are fine; only their listing moves).
+pub fn stable_ipvs_dump() -> String {
+    let mut last = sh("ipvsadm -Sn");
+    for _ in 0..20 {
+        let now = sh("ipvsadm -Sn");
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("ipvsadm -Sn never gave the same dump twice in a row");
+}
+
 /// GETs `path` from `addr` and returns the status code and body.
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    try_http_get(addr, path).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+/// GETs `path` from `addr`: the status code and body, or why there is none (nothing
+/// listening yet, a cut answer).
+pub fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s =
-        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    )?;
     let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
+    s.read_to_string(&mut text)?;
     let code = text
         .split_whitespace()
         .nth(1)
@@ -275,7 +295,20 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (code, body)
+    Ok((code, body))
+}
+
+/// Runs the agent's `--cleanup` for node-a and checks that it succeeded.
+pub fn cleanup() {
+    let out = Command::new(AGENT)
+        .args(["--hostname-override", "node-a", "--cleanup"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "--cleanup failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `n` ClusterIP Services `s0..` on 10.97.x.y:80 with one endpoint each, as one manifest.

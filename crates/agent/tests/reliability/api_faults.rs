@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::fake_apiserver::objects::{node as node_object, service, slice};
 use crate::fake_apiserver::{Outage, Resource};
-use crate::node::{AGENT, ApiServer, NODE_IP, Node, http_get, kernel_state};
+use crate::node::{AGENT, ApiServer, NODE_IP, Node, cleanup, http_get, kernel_state};
 
 /// The port of every test Service, and of its endpoints.
 const PORT: u16 = 8080;
@@ -842,11 +842,7 @@ fn a_burst_of_ten_thousand_events_converges() {
     let running = comparable(&kernel_state());
     // The same objects in one --once run from a clean node give exactly the same kernel state.
     drop(agent);
-    let cleanup = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(cleanup.status.success());
+    cleanup();
     assert_eq!(sh("ipvsadm -Sn"), "");
     let once = Command::new(AGENT)
         .args(["--master", &server.url, "--hostname-override", "node-a"])

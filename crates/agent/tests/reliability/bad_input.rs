@@ -6,7 +6,7 @@
 //!
 //! Wall time in the VM: about 30 s.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lab::guest::sh;
@@ -88,15 +88,7 @@ fn a_corpus_of_malformed_objects_is_rejected_by_name_and_disturbs_nothing() {
     node.remove("late.yaml");
     node.once(&[]);
     let reference = state();
-    let out = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cleanup();
 
     node.write(corpus::FILE, &corpus::text());
     let log_path = node.dir.join("agent.log");

@@ -17,8 +17,7 @@
 //! it is not logged again), 13 kinds: 2 min 45 s.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -28,7 +27,7 @@ use lab::guest::{sh, try_sh};
 use lab::net::{ask_udp, within};
 use lab::report::Row;
 
-use crate::node::{NODE_IP, Node, kernel_state, node_port_service, service};
+use crate::node::{NODE_IP, Node, kernel_state, node_port_service, service, try_http_get};
 
 /// The agent's `--ipvs-sync-period`.
 const PERIOD: Duration = Duration::from_secs(3);
@@ -94,16 +93,7 @@ impl Drop for Agent {
 
 /// `/metrics`, or `None` while the server does not answer.
 fn metrics() -> Option<String> {
-    let mut s = TcpStream::connect(METRICS).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {METRICS}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    try_http_get(METRICS, "/metrics").ok().map(|(_, body)| body)
 }
 
 /// The value of the series `name{labels}` (`labels` as printed, without braces).

@@ -192,18 +192,6 @@ fn everything() -> String {
     )
 }
 
-fn cleanup() {
-    let out = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }

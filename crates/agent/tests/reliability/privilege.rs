@@ -105,16 +105,9 @@ fn state() -> String {
     format!("{main}\n-- legacy --\n{}", legacy.join("\n"))
 }
 
-fn cleanup() {
-    let out = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// `--cleanup`, which must leave no IPVS service.
+fn clean() {
+    cleanup();
     assert_eq!(sh("ipvsadm -Sn"), "", "cleanup left IPVS services");
 }
 
@@ -246,7 +239,7 @@ fn the_agent_needs_only_net_admin_and_net_raw_and_says_when_one_is_missing() {
         "{reference}"
     );
     assert_eq!(count(&node), 0, "the root run does not carry traffic");
-    cleanup();
+    clean();
     // Nothing else in the suite uses the ovf scheduler: unload it, so that the capped run
     // has to get it loaded.
     let (unloaded, why) = try_sh("modprobe -r ip_vs_ovf");
@@ -268,14 +261,14 @@ fn the_agent_needs_only_net_admin_and_net_raw_and_says_when_one_is_missing() {
         0,
         "the capped root run does not carry traffic"
     );
-    cleanup();
+    clean();
 
     // An unprivileged uid with the two as ambient capabilities (nf_tables only: see below).
     runs += 1;
     let log = daemon_reaches(&node, Confinement::Nobody(DOCUMENTED), &reference, NOBODY);
     assert!(!log.contains("ERROR") && !log.contains("panicked"), "{log}");
     assert_eq!(count(&node), 0, "the uid 65534 run does not carry traffic");
-    cleanup();
+    clean();
 
     // Without CAP_NET_ADMIN nothing can be programmed, and the agent says so.
     runs += 1;
@@ -302,7 +295,7 @@ fn the_agent_needs_only_net_admin_and_net_raw_and_says_when_one_is_missing() {
         legacy_reference.contains("-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN"),
         "the root run did not write the legacy tables:\n{legacy_reference}"
     );
-    cleanup();
+    clean();
     runs += 1;
     let out = once(&node, Confinement::Root(DOCUMENTED));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -312,7 +305,7 @@ fn the_agent_needs_only_net_admin_and_net_raw_and_says_when_one_is_missing() {
         0,
         "the capped legacy run does not carry traffic"
     );
-    cleanup();
+    clean();
     // iptables-legacy needs CAP_NET_RAW even to read its tables: without it the agent must
     // not guess nf_tables, it must stop and name the capability.
     runs += 1;

@@ -5,8 +5,7 @@
 //! by a copy of its binary at another path (a DaemonSet rolling update), and restarted after a
 //! Service changed while it was down. No connection may be refused, reset or lose an echo.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -15,10 +14,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lab::guest::{NamedNetns, sh};
-use lab::net::{ask_tcp, echo, open_tcp};
+use lab::net::{ask_tcp, client, echo, open_tcp};
 use lab::report::Row;
 
-use crate::node::{AGENT, NODE_IP, Node, node_port_service, service};
+use crate::node::{AGENT, NODE_IP, Node, node_port_service, service, try_http_get};
 
 const METRICS: &str = "127.0.0.1:10249";
 const CLUSTER_IP: &str = "10.96.0.10:80";
@@ -43,16 +42,7 @@ fn start(bin: &Path, node: &Node) -> Child {
 
 /// GETs `/metrics`, or `None` while nothing answers.
 fn metrics() -> Option<String> {
-    let mut s = TcpStream::connect(METRICS).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {METRICS}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(text)
+    try_http_get(METRICS, "/metrics").ok().map(|(_, body)| body)
 }
 
 /// Waits until the daemon reports a completed sync (its duration histogram counts one).
@@ -303,10 +293,16 @@ fn restarts_upgrades_and_kills_lose_no_connection() {
     // is not masqueraded, and a new connection from the same pod could reuse a long-lived
     // one's source port towards another Service on the same endpoint, two flows with one
     // address pair at the endpoint (an IPVS property, not a restart's doing).
+    // The same holds outside the node, masquerade or not: IPVS finds a reply's connection by
+    // client and real server alone, so a short connection that shares a long-lived one's
+    // source port (Linux shares ephemeral ports between different destinations) and lands on
+    // the same pod through another Service could take the long-lived one's replies. The short
+    // ones come from a second outside client.
+    let outside2 = client("rrestart-out2", "192.168.101.1", "192.168.101.2");
     let sources: Vec<(&NamedNetns, &NamedNetns, Vec<SocketAddr>)> = vec![
         (
             &node.outside,
-            &node.outside,
+            &outside2,
             vec![cluster_ip, node_port, changed],
         ),
         (
