@@ -799,3 +799,57 @@ fn a_sync_killed_at_any_point_converges_without_leftovers() {
         clean();
     }
 }
+
+/// An add of a virtual server the observation missed (a dump that skipped it) is not a
+/// failure: the existing server is set to the planned settings, and its real servers too.
+#[test]
+fn adding_a_virtual_server_that_exists_sets_it() {
+    use kube_proxy_ipvs_agent::dataplane::Dataplane;
+    use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
+    use kube_proxy_ipvs_agent::model::cluster::{Family, Protocol};
+    use kube_proxy_ipvs_agent::model::kernel::{VirtualServer, VsKey};
+    use kube_proxy_ipvs_agent::model::plan::{Op, Plan};
+
+    let _ns = lab::guest::Netns::fresh();
+    sh(
+        "ipvsadm -A -t 10.96.0.10:80 -s wrr && ipvsadm -a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 3",
+    );
+    let key = VsKey {
+        address: "10.96.0.10".parse().unwrap(),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    let plan = Plan {
+        ops: vec![
+            Op::AddService {
+                key,
+                service: VirtualServer {
+                    scheduler: "rr".into(),
+                    ..VirtualServer::default()
+                },
+            },
+            Op::AddDestination {
+                key,
+                destination: "10.244.0.2:8080".parse().unwrap(),
+                weight: 1,
+            },
+        ],
+        warnings: Vec::new(),
+    };
+    let applied = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut kernel = Kernel::connect(vec![Family::V4], Vec::new())
+                .await
+                .expect("connect");
+            kernel.apply(&plan).await.expect("apply")
+        });
+    assert!(applied.failed.is_empty(), "{:?}", applied.failed);
+    assert_eq!(applied.done, 2);
+    assert_eq!(
+        sh("ipvsadm -Sn"),
+        "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 1\n"
+    );
+}

@@ -218,7 +218,10 @@ impl Kernel {
             for op in chunk {
                 match op {
                     Op::AddService { key, service } => {
-                        batch.add_service(&ipvs_service(key, service));
+                        // Planned because the observation did not list it; it may still exist
+                        // (a large dump that another namespace's changes made skip it, or one
+                        // made since): then it is set to what was asked, as an update would.
+                        batch.add_or_update_service(&ipvs_service(key, service));
                     }
                     Op::UpdateService { key, service } => {
                         batch.set_service(&ipvs_service(key, service));
