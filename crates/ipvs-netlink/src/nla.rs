@@ -18,11 +18,17 @@ pub(crate) fn list_len<A: Nla>(attrs: &[A]) -> usize {
 }
 
 /// Emits a list of attributes back to back.
+///
+/// Each header's type is rewritten with the attribute's whole `kind()`: netlink-packet-core
+/// 0.9 sets `NLA_F_NESTED` by re-reading the type through a mask that also clears
+/// `NLA_F_NET_BYTEORDER`, so an attribute carrying both flags (an unknown one decoded from
+/// the wire) would otherwise lose one and not re-encode to itself.
 pub(crate) fn emit_list<A: Nla>(attrs: &[A], buffer: &mut [u8]) {
     let mut at = 0;
     for a in attrs {
         let len = a.buffer_len();
         a.emit(&mut buffer[at..at + len]);
+        buffer[at + 2..at + 4].copy_from_slice(&a.kind().to_ne_bytes());
         at += len;
     }
 }

@@ -57,7 +57,11 @@ fn scheduler() -> impl Strategy<Value = Scheduler> {
 }
 
 fn stats() -> impl Strategy<Value = Option<Stats>> {
-    proptest::option::of(any::<[u32; 10]>().prop_map(|v| Stats {
+    proptest::option::of(some_stats())
+}
+
+fn some_stats() -> impl Strategy<Value = Stats> {
+    any::<[u32; 10]>().prop_map(|v| Stats {
         conns: v[0].into(),
         in_packets: v[1].into(),
         out_packets: v[2].into(),
@@ -68,7 +72,7 @@ fn stats() -> impl Strategy<Value = Option<Stats>> {
         out_pps: v[7].into(),
         in_bps: v[8].into(),
         out_bps: v[9].into(),
-    }))
+    })
 }
 
 prop_compose! {
@@ -140,10 +144,17 @@ fn service_attr() -> impl Strategy<Value = ServiceAttr> {
         any::<u32>().prop_map(ServiceAttr::Timeout),
         any::<u32>().prop_map(ServiceAttr::Netmask),
         name().prop_map(ServiceAttr::PersistenceEngine),
-        stats().prop_filter_map("some", |s| s.map(|s| ServiceAttr::Stats(s.to_attrs()))),
-        stats().prop_filter_map("some", |s| s.map(|s| ServiceAttr::Stats64(s.to_attrs64()))),
-        (13u16..0x3fff, proptest::collection::vec(any::<u8>(), 0..24))
-            .prop_map(|(k, v)| ServiceAttr::Other(netlink_packet_core::DefaultNla::new(k, v))),
+        some_stats().prop_map(|s| ServiceAttr::Stats(s.to_attrs())),
+        some_stats().prop_map(|s| ServiceAttr::Stats64(s.to_attrs64())),
+        (
+            13u16..0x3fff,
+            0u16..4,
+            proptest::collection::vec(any::<u8>(), 0..24)
+        )
+            .prop_map(|(k, flags, v)| {
+                // Unknown kinds with any of NLA_F_NESTED and NLA_F_NET_BYTEORDER.
+                ServiceAttr::Other(netlink_packet_core::DefaultNla::new(k | flags << 14, v))
+            }),
     ]
 }
 
@@ -253,6 +264,23 @@ proptest! {
             }
         }
     }
+}
+
+/// An unknown attribute with both NLA_F_NESTED and NLA_F_NET_BYTEORDER (a mutation CI's
+/// proptest found) re-encodes with both: netlink-packet-core alone drops the second.
+#[test]
+fn unknown_attribute_keeps_both_type_flags() {
+    let kind =
+        0x3b0a | netlink_packet_core::NLA_F_NESTED | netlink_packet_core::NLA_F_NET_BYTEORDER;
+    let unknown = netlink_packet_core::DefaultNla::new(kind, vec![0; 8]);
+    let msg = IpvsMessage::new(
+        Command::NewService,
+        vec![MessageAttr::Service(vec![ServiceAttr::Other(unknown)])],
+    );
+    let bytes = msg.to_genl_bytes();
+    // genlmsghdr (4), the service attribute's header (4), then the unknown one's type.
+    assert_eq!(u16::from_ne_bytes([bytes[10], bytes[11]]), kind);
+    assert_eq!(IpvsMessage::parse_genl(&bytes).unwrap(), msg);
 }
 
 /// The ipvsadm sort reproduces its wrapping comparison: 192.168/16 before 10/8.
