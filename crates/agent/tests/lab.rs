@@ -441,23 +441,15 @@ fn the_api_server_source_programs_what_the_manifests_program() {
     assert_eq!(sh("ipvsadm -Sn"), "");
 
     let server = ApiServer::start(objects);
-    let out = Command::new(AGENT)
-        .args([
-            "--master",
-            &server.url,
-            "--hostname-override",
-            "node-a",
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--once",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_agent(&[
+        "--master",
+        &server.url,
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--once",
+    ]);
     let from_api = kernel_state();
     assert_eq!(from_api, from_manifests);
     assert!(

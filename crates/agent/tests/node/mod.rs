@@ -298,17 +298,20 @@ pub fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     Ok((code, body))
 }
 
-/// Runs the agent's `--cleanup` for node-a and checks that it succeeded.
-pub fn cleanup() {
-    let out = Command::new(AGENT)
-        .args(["--hostname-override", "node-a", "--cleanup"])
-        .output()
-        .unwrap();
+/// Runs the agent with `args` to its end and checks that it succeeded; its output.
+pub fn run_agent(args: &[&str]) -> Output {
+    let out = Command::new(AGENT).args(args).output().unwrap();
     assert!(
         out.status.success(),
-        "--cleanup failed: {}",
+        "kube-proxy-ipvs {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// Runs the agent's `--cleanup` for node-a and checks that it succeeded.
+pub fn cleanup() {
+    run_agent(&["--hostname-override", "node-a", "--cleanup"]);
 }
 
 /// `n` ClusterIP Services `s0..` on 10.97.x.y:80 with one endpoint each, as one manifest.

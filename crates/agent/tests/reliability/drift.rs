@@ -97,29 +97,30 @@ fn metrics() -> Option<String> {
 }
 
 /// The value of the series `name{labels}` (`labels` as printed, without braces).
-fn series(text: &str, name: &str, labels: &str) -> Option<u64> {
+fn series(text: &str, name: &str, labels: &str) -> Option<f64> {
     let prefix = format!("{name}{{{labels}}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
 }
 
 /// Full syncs reported so far.
 fn full_syncs() -> u64 {
     metrics()
         .and_then(|t| series(&t, "kube_proxy_ipvs_syncs_total", "type=\"full\""))
+        .map(|v| v as u64)
         .unwrap_or(0)
 }
 
 /// Seconds spent in syncs so far: the sum of kube-proxy's sync duration histogram.
 fn sync_seconds() -> f64 {
     let text = metrics().expect("/metrics answers");
-    let prefix = "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"} ";
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
+    series(
+        &text,
+        "kubeproxy_sync_proxy_rules_duration_seconds_sum",
+        "ip_family=\"IPv4\"",
+    )
+    .expect("the sync duration histogram")
 }
 
 /// `kube_proxy_ipvs_drift_repaired_total` by kind.
