@@ -34,6 +34,7 @@ use crate::model::drain::{DestinationKey, Draining};
 use crate::model::iptables::canonical;
 use crate::model::kernel::KernelState;
 use crate::model::plan::{Op, Plan, plan_draining};
+use crate::model::priority::priority_plan;
 
 pub use failures::{Backoff, FailureLog, cannot_program};
 
@@ -327,6 +328,13 @@ impl<D: Dataplane> Syncer<D> {
                 ..Memory::default()
             });
         }
+        // The first sync of this process programs the priority Services (the API server's,
+        // the cluster DNS) before computing and applying everything else.
+        let first = if self.last_desired.is_none() {
+            self.program_priority(cluster).await?
+        } else {
+            None
+        };
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
         let conntrack = conntrack_filter(cluster, &self.config, &shadow.host);
@@ -375,6 +383,20 @@ impl<D: Dataplane> Syncer<D> {
             self.draining.track(&want.state, &shadow.state, now);
         }
         let conntrack = self.clean_conntrack(conntrack, &mut warnings).await;
+        let (p, applied) = match first {
+            Some((first, first_applied)) => (
+                Plan {
+                    ops: first.ops.into_iter().chain(p.ops).collect(),
+                    warnings: p.warnings,
+                },
+                Applied {
+                    done: first_applied.done + applied.done,
+                    failed: applied.failed,
+                    messages: first_applied.messages + applied.messages,
+                },
+            ),
+            None => (p, applied),
+        };
         self.unread = if full {
             false
         } else {
@@ -403,6 +425,40 @@ impl<D: Dataplane> Syncer<D> {
                 .unwrap_or_default(),
             no_local_endpoints,
         })
+    }
+
+    /// Applies the additive plan of the priority Services ([`priority_plan`]) on the kernel
+    /// just observed, and records it in the shadow. Returns the plan and its outcome when it
+    /// did something and all of it; after a failure the kernel is read again, and the full
+    /// plan retries (and reports) what failed.
+    async fn program_priority(
+        &mut self,
+        cluster: &Cluster,
+    ) -> Result<Option<(Plan, Applied)>, Error> {
+        let shadow = self.shadow.as_mut().expect("observed before");
+        let first = priority_plan(cluster, &self.config, &shadow.host, &shadow.state);
+        if first.is_empty() {
+            return Ok(None);
+        }
+        let applied = self.dataplane.apply(&first).await?;
+        if applied.failed.is_empty() {
+            for op in &first.ops {
+                let _ = shadow.apply_op(op);
+            }
+            debug!(ops = first.ops.len(), "programmed the priority Services");
+            return Ok(Some((first, applied)));
+        }
+        debug!(
+            failed = applied.failed.len(),
+            "the priority Services failed; the full sync retries them"
+        );
+        let Observation { state, host } = self.dataplane.observe().await?;
+        *shadow = Memory {
+            state,
+            host,
+            ..Memory::default()
+        };
+        Ok(None)
     }
 
     /// kube-proxy's `ConntrackCleanupRequired`: once the kernel holds the new real servers,
@@ -576,6 +632,7 @@ pub async fn run<D: Dataplane>(
 mod tests {
     use super::*;
     use crate::model::cluster::Protocol;
+    use crate::model::desired::Host;
     use crate::model::fixtures::{cluster, eps, svc};
     use crate::model::plan::Op;
 
@@ -590,6 +647,92 @@ mod tests {
             vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
             vec![slice],
         )
+    }
+
+    /// `web` with the API server's Service, `default/kubernetes` on 10.96.0.1:443.
+    fn with_kubernetes(mut c: Cluster) -> Cluster {
+        let api = cluster(
+            vec![
+                svc("kubernetes")
+                    .cluster_ip("10.96.0.1")
+                    .port("https", Protocol::Tcp, 443),
+            ],
+            vec![eps("kubernetes", "https", Protocol::Tcp, 6443).ready("192.168.1.10", "cp")],
+        );
+        c.services.extend(api.services);
+        c.slices.extend(api.slices);
+        c
+    }
+
+    fn added_vips(p: &Plan) -> Vec<String> {
+        p.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::AddService { key, .. } => Some(format!("{}:{}", key.address, key.port)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_first_sync_programs_the_api_server_service_before_the_rest() {
+        let c = with_kubernetes(web(&["10.244.0.2"]));
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        let r = s.sync(&c, false).await.unwrap();
+        let applied = &s.dataplane().applied;
+        assert_eq!(applied.len(), 2, "{applied:#?}");
+        assert_eq!(added_vips(&applied[0]), ["10.96.0.1:443"]);
+        assert_eq!(added_vips(&applied[1]), ["10.96.0.10:80"]);
+        // The report covers both, each operation once.
+        assert_eq!(added_vips(&r.plan), ["10.96.0.1:443", "10.96.0.10:80"]);
+        assert_eq!(r.applied.done, applied[0].ops.len() + applied[1].ops.len());
+        assert_eq!(
+            s.dataplane().state,
+            desired(&c, &ProxyConfig::default(), &Host::default()).state
+        );
+
+        // A restarted agent finds it all programmed: one full read, nothing applied.
+        let kernel = std::mem::take(&mut s.dataplane().state);
+        let mut again = Syncer::new(
+            Memory {
+                state: kernel,
+                ..Memory::default()
+            },
+            ProxyConfig::default(),
+        );
+        let r = again.sync(&c, true).await.unwrap();
+        assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+        assert!(again.dataplane().applied.is_empty());
+        // Later syncs never take the priority path again.
+        again.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        again.sync(&c, false).await.unwrap();
+        let applied = &again.dataplane().applied;
+        assert_eq!(applied.len(), 2, "{applied:#?}");
+        assert!(added_vips(&applied[1]).contains(&"10.96.0.1:443".to_string()));
+    }
+
+    #[tokio::test]
+    async fn a_refused_priority_service_reads_the_kernel_again_and_the_full_sync_reports_it() {
+        let c = with_kubernetes(web(&["10.244.0.2"]));
+        let kernel = Memory {
+            refuse: vec!["10.96.0.1:443".into()],
+            ..Memory::default()
+        };
+        let mut s = Syncer::new(kernel, ProxyConfig::default());
+        let r = s.sync(&c, false).await.unwrap();
+        assert_eq!(s.dataplane().observed, 2, "read again after the failure");
+        assert_eq!(s.dataplane().applied.len(), 2);
+        // Only the full plan's refusals are reported, once each.
+        let failed: Vec<&str> = r.applied.failed.iter().map(|(op, _)| op.as_str()).collect();
+        assert!(!failed.is_empty());
+        assert!(
+            failed.iter().all(|op| op.contains("10.96.0.1:443")),
+            "{failed:?}"
+        );
+        let unique: BTreeSet<&&str> = failed.iter().collect();
+        assert_eq!(unique.len(), failed.len(), "{failed:?}");
+        assert_eq!(added_vips(&r.plan), ["10.96.0.1:443", "10.96.0.10:80"]);
+        assert!(s.dataplane().state.services.keys().any(|k| k.port == 80));
     }
 
     #[tokio::test]

@@ -845,3 +845,162 @@ fn adding_a_virtual_server_that_exists_sets_it() {
         "-A -t 10.96.0.10:80 -s rr\n-a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 1\n"
     );
 }
+
+/// The first sync programs the API server's and the DNS Service alone before the rest of a
+/// cold node: right after its first apply the kernel holds those two virtual servers and no
+/// other, and both answer real requests (TCP from the node itself, which needs the
+/// masquerade rules and sets too; UDP from outside); then the full state follows.
+#[test]
+fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
+    use kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned;
+    use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
+    use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation};
+    use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
+    use kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter;
+    use kube_proxy_ipvs_agent::model::desired::sysctls;
+    use kube_proxy_ipvs_agent::model::plan::Plan;
+    use kube_proxy_ipvs_agent::source::manifests::load_str;
+    use kube_proxy_ipvs_agent::sync::Syncer;
+
+    /// What the kernel held and answered right after the first apply.
+    struct FirstApply {
+        dump: String,
+        api: Result<String, String>,
+        dns: Result<String, String>,
+    }
+
+    struct Watched<'a> {
+        kernel: Kernel,
+        node: &'a Node,
+        first: Option<FirstApply>,
+    }
+
+    impl Dataplane for Watched<'_> {
+        async fn observe(&mut self) -> Result<Observation, Error> {
+            self.kernel.observe().await
+        }
+
+        async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+            let applied = self.kernel.apply(plan).await;
+            if self.first.is_none() {
+                let dns: SocketAddr = "10.96.0.10:53".parse().unwrap();
+                self.first = Some(FirstApply {
+                    dump: stable_ipvs_dump(),
+                    api: ask_tcp("10.96.0.1:443".parse().unwrap()),
+                    dns: within(&self.node.outside, move || ask_udp(dns)),
+                });
+            }
+            applied
+        }
+
+        async fn clean_conntrack(
+            &mut self,
+            filter: &ConntrackFilter,
+        ) -> Result<Vec<Cleaned>, Error> {
+            self.kernel.clean_conntrack(filter).await
+        }
+    }
+
+    const OTHERS: usize = 2000;
+    let node = Node::new("priority", 2);
+    let api = service(
+        "kubernetes",
+        "10.96.0.1",
+        "",
+        "TCP",
+        443,
+        8080,
+        &[(0, "cp")],
+    )
+    .replace("namespace: t", "namespace: default");
+    let dns = service(
+        "kube-dns",
+        "10.96.0.10",
+        "",
+        "UDP",
+        53,
+        5353,
+        &[(1, "node-a")],
+    )
+    .replace("namespace: t", "namespace: kube-system");
+    let manifests = format!("{}\n---\n{api}\n---\n{dns}", many_services(OTHERS, None));
+    let loaded = load_str("priority.yaml", &manifests, "node-a");
+    assert!(loaded.rejected.is_empty(), "{:?}", loaded.rejected);
+    assert_eq!(loaded.cluster.services.len(), OTHERS + 2);
+    let config = ProxyConfig {
+        node_name: "node-a".into(),
+        local_detector: LocalDetector::ClusterCidr(vec!["10.244.0.0/16".parse().unwrap()]),
+        ..ProxyConfig::default()
+    };
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (first, last_dump, resync) = rt.block_on(async {
+        let kernel = Kernel::connect(
+            config.families.clone(),
+            sysctls(&config).into_keys().collect(),
+        )
+        .await
+        .expect("connect");
+        let mut syncer = Syncer::new(
+            Watched {
+                kernel,
+                node: &node,
+                first: None,
+            },
+            config.clone(),
+        );
+        let report = syncer.sync(&loaded.cluster, true).await.expect("cold sync");
+        assert!(
+            report.applied.failed.is_empty(),
+            "{:?}",
+            report.applied.failed
+        );
+        let dump = stable_ipvs_dump();
+        let resync = syncer
+            .sync(&loaded.cluster, true)
+            .await
+            .expect("full resync");
+        let first = syncer.dataplane().first.take().expect("an apply");
+        (first, dump, resync)
+    });
+
+    let services = |dump: &str| -> Vec<String> {
+        dump.lines()
+            .filter(|l| l.starts_with("-A"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        services(&first.dump),
+        ["-A -t 10.96.0.1:443 -s rr", "-A -u 10.96.0.10:53 -s rr"],
+        "{}",
+        first.dump
+    );
+    assert!(
+        first
+            .dump
+            .contains("-a -t 10.96.0.1:443 -r 10.244.0.2:8080 -m -w 1")
+            && first
+                .dump
+                .contains("-a -u 10.96.0.10:53 -r 10.244.0.3:5353 -m -w 1"),
+        "{}",
+        first.dump
+    );
+    assert_eq!(
+        first.api,
+        Ok(node.pods[0].name.clone()),
+        "the API server's Service from the node"
+    );
+    assert_eq!(
+        first.dns,
+        Ok(node.pods[1].name.clone()),
+        "the DNS Service from outside"
+    );
+    // Then everything, converged: a full resync finds nothing to do.
+    assert_eq!(services(&last_dump).len(), OTHERS + 2);
+    assert!(resync.plan.is_empty(), "{:?}", resync.plan.ops);
+    cleanup();
+}

@@ -11,6 +11,7 @@ pub mod endpoints;
 pub mod iptables;
 pub mod kernel;
 pub mod plan;
+pub mod priority;
 pub mod sets;
 
 #[cfg(test)]
