@@ -15,7 +15,7 @@ ip netns add big
 # A namespace slow to tear down: 8,000 virtual servers and 6,000 addresses on a dummy link.
 ip netns exec big sh -c 'i=0; while [ $i -lt 8000 ]; do
     v="10.$((i/62500)).$((i/250%250)).$((i%250+1)):80"
-    echo "-A -t $v -s rr"; echo "-a -t $v -r 10.244.0.2:8080 -m"; i=$((i+1)); done | ipvsadm -R'
+    echo "-A -t $v -s rr"; echo "-a -t $v -r 10.244.0.2:8080 -m"; i=$((i+1)); done | ipvsadm -R 2>/dev/null'
 ip netns exec big ip link add d0 type dummy
 ip netns exec big sh -c 'i=0; while [ $i -lt 6000 ]; do
     echo "addr add 10.$((i/62500+100)).$((i/250%250)).$((i%250+1))/32 dev d0"; i=$((i+1)); done > /tmp/a.batch
