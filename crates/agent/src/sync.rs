@@ -633,7 +633,7 @@ mod tests {
     use super::*;
     use crate::model::cluster::Protocol;
     use crate::model::desired::Host;
-    use crate::model::fixtures::{cluster, eps, svc};
+    use crate::model::fixtures::{added_vips, cluster, eps, svc};
     use crate::model::plan::Op;
 
     /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
@@ -662,16 +662,6 @@ mod tests {
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c
-    }
-
-    fn added_vips(p: &Plan) -> Vec<String> {
-        p.ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::AddService { key, .. } => Some(format!("{}:{}", key.address, key.port)),
-                _ => None,
-            })
-            .collect()
     }
 
     #[tokio::test]

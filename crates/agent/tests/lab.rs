@@ -441,15 +441,7 @@ fn the_api_server_source_programs_what_the_manifests_program() {
     assert_eq!(sh("ipvsadm -Sn"), "");
 
     let server = ApiServer::start(objects);
-    run_agent(&[
-        "--master",
-        &server.url,
-        "--hostname-override",
-        "node-a",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--once",
-    ]);
+    once_from_api(&server.url);
     let from_api = kernel_state();
     assert_eq!(from_api, from_manifests);
     assert!(

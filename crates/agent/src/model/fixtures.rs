@@ -184,3 +184,16 @@ pub fn host() -> Host {
         ],
     }
 }
+
+/// The virtual servers a plan adds, as `address:port`, in order.
+pub fn added_vips(p: &super::plan::Plan) -> Vec<String> {
+    p.ops
+        .iter()
+        .filter_map(|op| match op {
+            super::plan::Op::AddService { key, .. } => {
+                Some(format!("{}:{}", key.address, key.port))
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -139,10 +139,10 @@ mod tests {
     use crate::model::fixtures::*;
 
     fn kubernetes_and_web() -> Cluster {
-        let mut api = svc("kubernetes")
+        // The fixtures' namespace is `default`.
+        let api = svc("kubernetes")
             .cluster_ip("10.96.0.1")
             .port("https", Protocol::Tcp, 443);
-        api.0.id = ServiceRef::new("default", "kubernetes");
         cluster(
             vec![
                 api,
@@ -155,16 +155,6 @@ mod tests {
         )
     }
 
-    fn vips(p: &Plan) -> Vec<String> {
-        p.ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::AddService { key, .. } => Some(format!("{}:{}", key.address, key.port)),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn a_cold_kernel_gets_only_the_priority_services_with_what_they_need() {
         let p = priority_plan(
@@ -173,7 +163,7 @@ mod tests {
             &host(),
             &KernelState::default(),
         );
-        assert_eq!(vips(&p), ["10.96.0.1:443"], "{:#?}", p.ops);
+        assert_eq!(added_vips(&p), ["10.96.0.1:443"], "{:#?}", p.ops);
         let has = |f: fn(&Op) -> bool| p.ops.iter().any(f);
         assert!(has(|op| matches!(op, Op::CreateLink)));
         assert!(has(
@@ -209,7 +199,7 @@ mod tests {
             .values_mut()
             .for_each(|vs| vs.scheduler = "wrr".into());
         let p = priority_plan(&c, &config(), &host(), &lost);
-        assert_eq!(vips(&p), ["10.96.0.1:443"], "{:#?}", p.ops);
+        assert_eq!(added_vips(&p), ["10.96.0.1:443"], "{:#?}", p.ops);
         assert!(
             p.ops
                 .iter()
@@ -278,6 +268,6 @@ mod tests {
         assert_eq!(first.services.len(), 1);
         assert_eq!(first.slices.len(), 1);
         let p = priority_plan(&c, &config(), &host(), &KernelState::default());
-        assert_eq!(vips(&p), ["10.96.0.10:53"]);
+        assert_eq!(added_vips(&p), ["10.96.0.10:53"]);
     }
 }

@@ -309,6 +309,20 @@ pub fn run_agent(args: &[&str]) -> Output {
     out
 }
 
+/// Runs one `--once` sync of node-a from the (fake) API server at `url` and checks that it
+/// succeeded.
+pub fn once_from_api(url: &str) -> Output {
+    run_agent(&[
+        "--master",
+        url,
+        "--hostname-override",
+        "node-a",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--once",
+    ])
+}
+
 /// Runs the agent's `--cleanup` for node-a and checks that it succeeded.
 pub fn cleanup() {
     run_agent(&["--hostname-override", "node-a", "--cleanup"]);

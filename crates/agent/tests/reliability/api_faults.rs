@@ -25,7 +25,9 @@ use serde_json::Value;
 
 use crate::fake_apiserver::objects::{node as node_object, service, slice};
 use crate::fake_apiserver::{Outage, Resource};
-use crate::node::{AGENT, ApiServer, NODE_IP, Node, cleanup, http_get, kernel_state, run_agent};
+use crate::node::{
+    AGENT, ApiServer, NODE_IP, Node, cleanup, http_get, kernel_state, once_from_api,
+};
 
 /// The port of every test Service, and of its endpoints.
 const PORT: u16 = 8080;
@@ -844,15 +846,7 @@ fn a_burst_of_ten_thousand_events_converges() {
     drop(agent);
     cleanup();
     assert_eq!(sh("ipvsadm -Sn"), "");
-    run_agent(&[
-        "--master",
-        &server.url,
-        "--hostname-override",
-        "node-a",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-        "--once",
-    ]);
+    once_from_api(&server.url);
     let fresh = comparable(&kernel_state());
     let mut failed = 0;
     for s in svcs[..N].iter().step_by(N / 20) {
