@@ -15,7 +15,7 @@
 //! - [`cli`] and [`run`]: kube-proxy's flags and the agent's modes.
 //!
 //! [`Cluster`]: model::cluster::Cluster
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // one exception: dataplane::child's pre_exec
 
 pub mod cli;
 pub mod config_file;

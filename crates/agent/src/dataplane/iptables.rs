@@ -246,7 +246,7 @@ pub fn parse_save(table: &str, text: &str, seen: &mut Seen) {
 /// Runs `iptables-restore --noflush` with `input`.
 pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Error> {
     let tool = backend.tool(family, "restore");
-    let mut child = Command::new(&tool)
+    let mut child = super::child::dies_with_agent(&mut Command::new(&tool))
         .args(["--noflush", "--wait"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

@@ -2,11 +2,13 @@
 //! [`Dataplane`] trait, so the sync loop can run against the real kernel or in memory.
 //!
 //! - [`link`][]: `kube-ipvs0` and the host's addresses (rtnetlink).
+//! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
 //! - [`sysctl`][]: `/proc/sys`.
 //! - [`memory`][]: an in-memory kernel for tests.
 
+pub mod child;
 pub mod conntrack;
 pub mod iptables;
 pub mod kernel;

@@ -632,3 +632,72 @@ fn cold_sync_of_10000_services_killed_at_20_points_converges_exactly() {
         lost.iter().take(10).collect::<Vec<_>>(),
     );
 }
+
+/// A kill while `iptables-restore` runs: the rules write dies with the agent. Were it left
+/// running, it would commit after the agent's death, over whatever the next run wrote
+/// meanwhile (the jumps into the built-in chains are inserted, not declared, so a late commit
+/// doubles them). The tool is made slow by a wrapper in `PATH` that waits before it runs the
+/// real one, so that the kill lands inside the write every time.
+#[test]
+fn a_rules_write_in_flight_dies_with_the_agent() {
+    let node = crate::node::Node::new("orphan", 1);
+    node.write("svc.yaml", &crate::node::many_services(3, None));
+    let bin = std::env::temp_dir().join("agent-lab-slow-restore");
+    let _ = std::fs::remove_dir_all(&bin);
+    std::fs::create_dir_all(&bin).unwrap();
+    let started = bin.join("started");
+    for tool in [
+        "iptables-nft-restore",
+        "iptables-legacy-restore",
+        "ip6tables-nft-restore",
+        "ip6tables-legacy-restore",
+    ] {
+        let real = sh(&format!("command -v {tool}"));
+        let script = format!(
+            "#!/bin/sh\ntouch {}\nsleep 3\nexec {} \"$@\"\n",
+            started.display(),
+            real.trim()
+        );
+        let path = bin.join(tool);
+        std::fs::write(&path, script).unwrap();
+        sh(&format!("chmod +x {}", path.display()));
+    }
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut agent = node
+        .command(&["--once"])
+        .env("PATH", path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the agent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the agent never wrote its rules");
+        assert!(
+            agent.try_wait().unwrap().is_none(),
+            "the agent ended before its rules write"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    // Longer than the wrapper waits: a write that survived the agent has committed by now.
+    std::thread::sleep(Duration::from_secs(5));
+    let rules: Vec<String> = sh("iptables-save; ip6tables-save")
+        .lines()
+        .filter(|l| l.contains("KUBE-"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        rules.is_empty(),
+        "rules written after the agent was killed: {rules:#?}"
+    );
+    // And the next run, unhurried, makes each jump once.
+    node.once(&[]);
+    let jumps = sh("iptables-save -t nat | grep -c -- '-j KUBE-SERVICES$' || true");
+    assert_eq!(
+        jumps.trim(),
+        "2",
+        "PREROUTING and OUTPUT jump to KUBE-SERVICES once each"
+    );
+}
