@@ -169,6 +169,8 @@ struct State {
     expire_pages: usize,
     truncate_lists: usize,
     requests: Vec<Request>,
+    /// Watches streaming events now (their backlog sent), by resource.
+    watching: BTreeMap<Resource, usize>,
 }
 
 /// The fake server; it stops when dropped.
@@ -215,6 +217,7 @@ impl FakeApiServer {
             expire_pages: 0,
             truncate_lists: 0,
             requests: Vec::new(),
+            watching: BTreeMap::new(),
         }));
         let (signals, _) = broadcast::channel(4096);
         let (outage, _) = watch::channel(None);
@@ -447,6 +450,22 @@ impl FakeApiServer {
             .iter()
             .filter(|r| r.resource == Some(resource) && !r.is_watch())
             .count()
+    }
+
+    /// Waits until each of `resources` has a watch streaming events (one that a
+    /// [`FakeApiServer::gone`] now reaches); `false` after `limit`.
+    pub fn wait_for_watches(&self, resources: &[Resource], limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let open = |r: &Resource| self.state().watching.get(r).copied().unwrap_or(0) > 0;
+            if resources.iter().all(open) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// How many watch requests were made for `resource`.
@@ -846,6 +865,7 @@ impl Connection {
                 return;
             }
         }
+        let _streaming = Streaming::start(&self.state, selection.resource);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut outage = self.outage.clone();
@@ -887,6 +907,32 @@ impl Connection {
             }
         }
         let _ = stream.write_all(b"0\r\n\r\n").await;
+    }
+}
+
+/// Counts a watch in [`State::watching`] while it lives.
+struct Streaming {
+    state: Arc<Mutex<State>>,
+    resource: Resource,
+}
+
+impl Streaming {
+    fn start(state: &Arc<Mutex<State>>, resource: Resource) -> Streaming {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        *s.watching.entry(resource).or_default() += 1;
+        Streaming {
+            state: state.clone(),
+            resource,
+        }
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = s.watching.get_mut(&self.resource) {
+            *n = n.saturating_sub(1);
+        }
     }
 }
 

@@ -711,6 +711,19 @@ fn a_list_failing_midway_is_never_published() {
     let mut slowest = Duration::ZERO;
     let mut extra_lists = 0;
     for (round, (what, fault)) in faults.iter().enumerate() {
+        // The fault must reach every watch: one being re-opened, from the current
+        // resourceVersion, would not be told and its resource not relisted.
+        assert!(
+            server.wait_for_watches(
+                &[
+                    Resource::Services,
+                    Resource::EndpointSlices,
+                    Resource::Nodes
+                ],
+                Duration::from_secs(30)
+            ),
+            "{what}: the agent does not watch every resource"
+        );
         let lists = all_lists(&server);
         // Each relist must also bring a deletion and a change made after the fault.
         fault(&server);
