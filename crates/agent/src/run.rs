@@ -393,6 +393,7 @@ async fn probe_scheduler(kernel: &Kernel, scheduler: &str) -> anyhow::Result<()>
     if services.iter().any(|s| s.scheduler.name() == scheduler) {
         return Ok(());
     }
+    kernel.prepare_scheduler(scheduler).await;
     let key = ServiceKey::tcp(std::net::Ipv4Addr::new(198, 51, 100, 0).into(), 20000);
     let probe = Service::new(key, Scheduler::from_name(scheduler));
     match ipvs.services().add(&probe).await {

@@ -23,6 +23,7 @@ use tracing::debug;
 
 use super::iptables::{self, Backend, Written};
 use super::link::{Address, Links};
+use super::modules::Preloader;
 use super::{Applied, Dataplane, Error, Observation, sysctl};
 use crate::model::cluster::{Family, Protocol};
 use crate::model::desired::Host;
@@ -51,6 +52,8 @@ pub struct Kernel {
     link_index: Option<u32>,
     /// `kube-ipvs0`'s addresses as last observed, to delete them by message.
     bound: BTreeMap<IpAddr, Address>,
+    /// Scheduler modules loaded before IPVS's first use of them.
+    modules: Preloader,
 }
 
 impl Kernel {
@@ -72,6 +75,7 @@ impl Kernel {
             written: Written::default(),
             link_index: None,
             bound: BTreeMap::new(),
+            modules: Preloader::default(),
         })
     }
 
@@ -83,6 +87,12 @@ impl Kernel {
     /// The IPVS handle (for timeouts and cleanup).
     pub fn ipvs(&self) -> &ipvs_netlink::Handle {
         &self.ipvs
+    }
+
+    /// Loads the module of `scheduler` before IPVS first needs it, when IPVS loading it could
+    /// deadlock (see [`super::modules`]).
+    pub async fn prepare_scheduler(&self, scheduler: &str) {
+        self.modules.prepare(scheduler).await;
     }
 
     /// The rtnetlink handle (for cleanup).
@@ -529,6 +539,11 @@ impl Dataplane for Kernel {
     }
 
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+        for op in &plan.ops {
+            if let Op::AddService { service, .. } | Op::UpdateService { service, .. } = op {
+                self.modules.prepare(&service.scheduler).await;
+            }
+        }
         let mut applied = Applied::default();
         let mut workers: Vec<Worker> = Vec::new();
         let mut i = 0;

@@ -5,6 +5,7 @@
 //! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
+//! - [`modules`][]: scheduler modules IPVS must not load itself.
 //! - [`sysctl`][]: `/proc/sys`.
 //! - [`memory`][]: an in-memory kernel for tests.
 
@@ -14,6 +15,7 @@ pub mod iptables;
 pub mod kernel;
 pub mod link;
 pub mod memory;
+pub mod modules;
 pub mod sysctl;
 
 use crate::model::conntrack::ConntrackFilter;

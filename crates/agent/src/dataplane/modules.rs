@@ -1,0 +1,121 @@
+//! Scheduler modules that must be loaded before IPVS asks for them.
+//!
+//! IPVS loads a missing scheduler's module itself (`request_module`) while it holds its global
+//! mutex. The `lblc` and `lblcr` modules register per-namespace state when they load, which
+//! waits for any network namespace teardown in progress; and a teardown of a namespace that
+//! uses IPVS waits for that same mutex. On a node, where pods' namespaces are torn down all the
+//! time, the first `lblc` Service can so hang IPVS and every namespace teardown for good
+//! (reproduced in `tests/lab/repro/ipvs-module-deadlock.sh`). Loaded beforehand, outside the
+//! mutex, the module only waits for the teardown to end.
+//!
+//! So before the agent first asks IPVS for one of [`LOAD_FIRST`], it loads the module with
+//! `modprobe` unless `/sys/module` shows it loaded; when it cannot (no `modprobe`, no
+//! `CAP_SYS_MODULE`), it says so once, with the remedy: load them at boot.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+use tracing::{info, warn};
+
+/// Schedulers whose module registers per-namespace state when it loads.
+pub const LOAD_FIRST: &[&str] = &["lblc", "lblcr"];
+
+/// The kernel module of IPVS scheduler `scheduler`.
+pub fn module_of(scheduler: &str) -> String {
+    format!("ip_vs_{scheduler}")
+}
+
+/// What [`Preloader::prepare`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preload {
+    /// Nothing to do: the scheduler is not in [`LOAD_FIRST`], or was prepared before.
+    NotNeeded,
+    /// The module was loaded already.
+    Loaded,
+    /// The agent loaded it.
+    LoadedNow,
+    /// It is not loaded and `modprobe` failed, with its error.
+    Failed(String),
+}
+
+/// Loads the modules of [`LOAD_FIRST`] schedulers once per process, before their first use.
+#[derive(Debug, Default)]
+pub struct Preloader {
+    prepared: Mutex<BTreeSet<String>>,
+}
+
+impl Preloader {
+    /// Makes sure the module of `scheduler` is loaded if it is one of [`LOAD_FIRST`]; logs
+    /// what it did (a failure as a warning, once). Never fails: IPVS's own loading stays the
+    /// fallback.
+    pub async fn prepare(&self, scheduler: &str) -> Preload {
+        let Some(module) = self.claim(scheduler) else {
+            return Preload::NotNeeded;
+        };
+        if Path::new("/sys/module").join(&module).exists() {
+            return Preload::Loaded;
+        }
+        let name = module.clone();
+        // modprobe waits for a namespace teardown in progress: off the async threads.
+        let out =
+            tokio::task::spawn_blocking(move || Command::new("modprobe").arg(&name).output()).await;
+        let outcome = match out {
+            Ok(Ok(o)) if o.status.success() => Preload::LoadedNow,
+            Ok(Ok(o)) => Preload::Failed(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+            Ok(Err(e)) => Preload::Failed(format!("cannot run modprobe: {e}")),
+            Err(e) => Preload::Failed(e.to_string()),
+        };
+        match &outcome {
+            Preload::LoadedNow => info!(
+                module,
+                "loaded the scheduler's module before IPVS needs it (IPVS would load it under its lock, which can deadlock with a network namespace teardown)"
+            ),
+            Preload::Failed(error) => warn!(
+                module,
+                error,
+                "cannot load the scheduler's module: IPVS will load it under its lock, which can deadlock the kernel with a network namespace teardown; load it at boot (modules-load.d)"
+            ),
+            _ => {}
+        }
+        outcome
+    }
+
+    /// The module to load first for `scheduler`, the first time it is asked for one of
+    /// [`LOAD_FIRST`]; `None` otherwise.
+    fn claim(&self, scheduler: &str) -> Option<String> {
+        if !LOAD_FIRST.contains(&scheduler) {
+            return None;
+        }
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        prepared
+            .insert(scheduler.to_string())
+            .then(|| module_of(scheduler))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_schedulers_that_register_per_namespace_state_are_loaded_first() {
+        let p = Preloader::default();
+        for s in [
+            "rr", "wrr", "lc", "wlc", "sh", "dh", "sed", "nq", "mh", "fo", "ovf",
+        ] {
+            assert_eq!(p.claim(s), None, "{s}");
+        }
+        assert_eq!(p.claim("lblc").as_deref(), Some("ip_vs_lblc"));
+        assert_eq!(p.claim("lblcr").as_deref(), Some("ip_vs_lblcr"));
+    }
+
+    #[test]
+    fn each_scheduler_is_prepared_once() {
+        let p = Preloader::default();
+        assert!(p.claim("lblc").is_some());
+        assert_eq!(p.claim("lblc"), None);
+        assert!(p.claim("lblcr").is_some());
+    }
+}
