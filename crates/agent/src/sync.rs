@@ -633,7 +633,7 @@ mod tests {
     use super::*;
     use crate::model::cluster::Protocol;
     use crate::model::desired::Host;
-    use crate::model::fixtures::{added_vips, cluster, eps, svc};
+    use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
     use crate::model::plan::Op;
 
     /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
@@ -651,14 +651,8 @@ mod tests {
 
     /// `web` with the API server's Service, `default/kubernetes` on 10.96.0.1:443.
     fn with_kubernetes(mut c: Cluster) -> Cluster {
-        let api = cluster(
-            vec![
-                svc("kubernetes")
-                    .cluster_ip("10.96.0.1")
-                    .port("https", Protocol::Tcp, 443),
-            ],
-            vec![eps("kubernetes", "https", Protocol::Tcp, 6443).ready("192.168.1.10", "cp")],
-        );
+        let (api, slice) = kubernetes("cp");
+        let api = cluster(vec![api], vec![slice]);
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c

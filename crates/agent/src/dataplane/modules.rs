@@ -23,21 +23,8 @@ use tracing::{info, warn};
 pub const LOAD_FIRST: &[&str] = &["lblc", "lblcr"];
 
 /// The kernel module of IPVS scheduler `scheduler`.
-pub fn module_of(scheduler: &str) -> String {
+fn module_of(scheduler: &str) -> String {
     format!("ip_vs_{scheduler}")
-}
-
-/// What [`Preloader::prepare`] found or did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Preload {
-    /// Nothing to do: the scheduler is not in [`LOAD_FIRST`], or was prepared before.
-    NotNeeded,
-    /// The module was loaded already.
-    Loaded,
-    /// The agent loaded it.
-    LoadedNow,
-    /// It is not loaded and `modprobe` failed, with its error.
-    Failed(String),
 }
 
 /// Loads the modules of [`LOAD_FIRST`] schedulers once per process, before their first use.
@@ -50,36 +37,34 @@ impl Preloader {
     /// Makes sure the module of `scheduler` is loaded if it is one of [`LOAD_FIRST`]; logs
     /// what it did (a failure as a warning, once). Never fails: IPVS's own loading stays the
     /// fallback.
-    pub async fn prepare(&self, scheduler: &str) -> Preload {
+    pub async fn prepare(&self, scheduler: &str) {
         let Some(module) = self.claim(scheduler) else {
-            return Preload::NotNeeded;
+            return;
         };
         if Path::new("/sys/module").join(&module).exists() {
-            return Preload::Loaded;
+            return;
         }
         let name = module.clone();
         // modprobe waits for a namespace teardown in progress: off the async threads.
         let out =
             tokio::task::spawn_blocking(move || Command::new("modprobe").arg(&name).output()).await;
-        let outcome = match out {
-            Ok(Ok(o)) if o.status.success() => Preload::LoadedNow,
-            Ok(Ok(o)) => Preload::Failed(String::from_utf8_lossy(&o.stderr).trim().to_string()),
-            Ok(Err(e)) => Preload::Failed(format!("cannot run modprobe: {e}")),
-            Err(e) => Preload::Failed(e.to_string()),
+        let error = match out {
+            Ok(Ok(o)) if o.status.success() => {
+                info!(
+                    module,
+                    "loaded the scheduler's module before IPVS needs it (IPVS would load it under its lock, which can deadlock with a network namespace teardown)"
+                );
+                return;
+            }
+            Ok(Ok(o)) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Ok(Err(e)) => format!("cannot run modprobe: {e}"),
+            Err(e) => e.to_string(),
         };
-        match &outcome {
-            Preload::LoadedNow => info!(
-                module,
-                "loaded the scheduler's module before IPVS needs it (IPVS would load it under its lock, which can deadlock with a network namespace teardown)"
-            ),
-            Preload::Failed(error) => warn!(
-                module,
-                error,
-                "cannot load the scheduler's module: IPVS will load it under its lock, which can deadlock the kernel with a network namespace teardown; load it at boot (modules-load.d)"
-            ),
-            _ => {}
-        }
-        outcome
+        warn!(
+            module,
+            error,
+            "cannot load the scheduler's module: IPVS will load it under its lock, which can deadlock the kernel with a network namespace teardown; load it at boot (modules-load.d)"
+        );
     }
 
     /// The module to load first for `scheduler`, the first time it is asked for one of

@@ -185,6 +185,17 @@ pub fn host() -> Host {
     }
 }
 
+/// The API server's Service, `default/kubernetes` on 10.96.0.1:443, and its slice: one
+/// endpoint, 192.168.1.10:6443 on node `node`.
+pub fn kubernetes(node: &str) -> (Svc, Eps) {
+    (
+        svc("kubernetes")
+            .cluster_ip("10.96.0.1")
+            .port("https", Protocol::Tcp, 443),
+        eps("kubernetes", "https", Protocol::Tcp, 6443).ready("192.168.1.10", node),
+    )
+}
+
 /// The virtual servers a plan adds, as `address:port`, in order.
 pub fn added_vips(p: &super::plan::Plan) -> Vec<String> {
     p.ops

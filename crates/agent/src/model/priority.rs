@@ -140,16 +140,14 @@ mod tests {
 
     fn kubernetes_and_web() -> Cluster {
         // The fixtures' namespace is `default`.
-        let api = svc("kubernetes")
-            .cluster_ip("10.96.0.1")
-            .port("https", Protocol::Tcp, 443);
+        let (api, api_slice) = kubernetes("node-a");
         cluster(
             vec![
                 api,
                 svc("web").cluster_ip("10.96.0.10").tcp(80).node_port(30080),
             ],
             vec![
-                eps("kubernetes", "https", Protocol::Tcp, 6443).ready("192.168.1.10", "node-a"),
+                api_slice,
                 eps("web", "", Protocol::Tcp, 80).ready("10.244.0.2", "node-a"),
             ],
         )

@@ -239,11 +239,7 @@ pub fn kernel_state() -> String {
         .map(|l| l.split(" initval ").next().unwrap_or(l).to_string())
         .collect();
     sets.sort();
-    let rules: Vec<String> = sh("iptables-save")
-        .lines()
-        .filter(|l| l.contains("KUBE-"))
-        .map(str::to_string)
-        .collect();
+    let rules = kube_rules(&sh("iptables-save"));
     format!(
         "{}\n--\n{}\n--\n{}\n--\n{}",
         ipvs.join("\n"),
@@ -251,6 +247,14 @@ pub fn kernel_state() -> String {
         rules.join("\n"),
         sh("ip -br addr show kube-ipvs0")
     )
+}
+
+/// The lines of an `iptables-save` output that name a KUBE-* chain.
+pub fn kube_rules(save: &str) -> Vec<String> {
+    save.lines()
+        .filter(|l| l.contains("KUBE-"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// `ipvsadm -Sn`, read until two dumps in a row agree. A dump larger than one netlink message

@@ -683,11 +683,7 @@ fn a_rules_write_in_flight_dies_with_the_agent() {
     agent.wait().unwrap();
     // Longer than the wrapper waits: a write that survived the agent has committed by now.
     std::thread::sleep(Duration::from_secs(5));
-    let rules: Vec<String> = sh("iptables-save; ip6tables-save")
-        .lines()
-        .filter(|l| l.contains("KUBE-"))
-        .map(str::to_string)
-        .collect();
+    let rules = crate::node::kube_rules(&sh("iptables-save; ip6tables-save"));
     assert!(
         rules.is_empty(),
         "rules written after the agent was killed: {rules:#?}"
