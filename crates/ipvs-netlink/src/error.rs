@@ -37,6 +37,15 @@ pub enum Error {
     /// A value cannot be sent as asked (for example a destination without an address).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// No two dumps in a row listed the same services: another network namespace kept adding
+    /// or deleting services meanwhile (see `ServiceHandle::list_consistent`).
+    #[error(
+        "the IPVS service list did not settle in {dumps} dumps (another network namespace kept changing its services)"
+    )]
+    Unsettled {
+        /// How many dumps were made.
+        dumps: usize,
+    },
     /// The netlink socket failed.
     #[error("netlink socket")]
     Io(#[from] io::Error),

@@ -36,6 +36,13 @@
 //! handle.services().del_if_exists(&key).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Listing on a shared kernel
+//! IPVS resumes a service dump that spans several netlink messages by a position it counts
+//! over the services of every network namespace. While another namespace adds or deletes
+//! services, a plain dump of this one can repeat or skip entries. A tool that acts on what
+//! is missing from a listing (deletes leftovers, for one) should use
+//! [`ServiceHandle::list_consistent`], which dumps until two dumps in a row agree.
 #![forbid(unsafe_code)]
 
 pub mod batch;

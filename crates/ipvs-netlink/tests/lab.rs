@@ -542,6 +542,107 @@ fn batch_reports_each_result() {
     assert!(try_sh("ipvsadm -Sn | grep -q '10.4.0.1:80 -s rr'").0);
 }
 
+/// IPVS resumes a long service dump by a position it counts over the services of every
+/// network namespace: while another namespace adds and deletes services, a plain `list`
+/// repeats or skips some of ours (shown first, so that the test is known to disturb the
+/// dumps), and `list_consistent` lists exactly ours every time.
+#[test]
+fn a_listing_disturbed_by_another_namespace_is_consistent() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let _serial = serial();
+    let _ns = Netns::fresh();
+    let rules = |net: u8| -> String {
+        (0..300u32)
+            .map(|i| format!("-A -t 10.{net}.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
+            .collect()
+    };
+    let dir = std::env::temp_dir().join("ipvs-lab-disturbed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ours = dir.join("ours.rules");
+    let theirs = dir.join("theirs.rules");
+    std::fs::write(&ours, rules(97)).unwrap();
+    std::fs::write(&theirs, rules(98)).unwrap();
+    sh(&format!("ipvsadm -R < {}", ours.display()));
+    let want: Vec<ServiceKey> = (0..300u32)
+        .map(|i| ServiceKey::tcp(ip(&format!("10.97.{}.{}", i / 250, i % 250 + 1)), 80))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ns = Netns::fresh();
+            let mut rounds = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                sh(&format!("ipvsadm -R < {} && ipvsadm -C", theirs.display()));
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let sorted = |services: Vec<Service>| -> Vec<ServiceKey> {
+        let mut keys: Vec<ServiceKey> = services.into_iter().map(|s| s.key).collect();
+        keys.sort();
+        keys
+    };
+    /// Dumps made, and what they gave.
+    #[derive(Default)]
+    struct Counts {
+        plain: u32,
+        wrong: u32,
+        settled: u32,
+        unsettled: u32,
+    }
+    let mut counts = Counts::default();
+    let c = &mut counts;
+    let want = &want;
+    with_handle(|h| async move {
+        while c.wrong == 0 && c.plain < 2000 {
+            c.plain += 1;
+            if sorted(h.services().list().await.unwrap()) != *want {
+                c.wrong += 1;
+            }
+        }
+        for _ in 0..200 {
+            match h.services().list_consistent(8).await {
+                Ok(listed) => {
+                    let got: Vec<ServiceKey> = listed.into_iter().map(|s| s.key).collect();
+                    assert!(
+                        got == *want,
+                        "a consistent listing is wrong: {} services",
+                        got.len()
+                    );
+                    c.settled += 1;
+                }
+                Err(ipvs_netlink::Error::Unsettled { .. }) => c.unsettled += 1,
+                Err(e) => panic!("list_consistent: {e}"),
+            }
+        }
+    });
+    let Counts {
+        plain,
+        wrong,
+        settled,
+        unsettled,
+    } = counts;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = churn.join().unwrap();
+    println!(
+        "disturbed dumps: {wrong} wrong of {plain} plain dumps; {settled} consistent listings right, \
+         {unsettled} unsettled; {rounds} rounds of 300 adds and a clear in the other namespace"
+    );
+    assert!(
+        wrong > 0,
+        "the other namespace never disturbed a plain dump ({plain} dumps): the test shows nothing"
+    );
+    assert!(settled >= 150, "{settled} of 200 listings settled");
+}
+
 /// The `ipvs` example, copied into the guest next to the test binaries.
 fn ipvs_example() -> String {
     let exe = std::env::current_exe().unwrap();

@@ -40,6 +40,10 @@ const IPVS_CHUNK: usize = 512;
 
 /// Destination dumps in flight while observing: the kernel runs one dump per socket at a time.
 const DUMP_CONCURRENCY: usize = 1;
+/// Service dumps made at most to get two in a row that agree: IPVS resumes a long dump by a
+/// position counted over every network namespace's services, so another namespace's changes
+/// can make one dump repeat or skip ours (a skipped leftover would never be deleted).
+const SERVICE_DUMPS: usize = 8;
 
 /// The real kernel.
 pub struct Kernel {
@@ -104,7 +108,7 @@ impl Kernel {
         let services = self
             .ipvs
             .services()
-            .list()
+            .list_consistent(SERVICE_DUMPS)
             .await
             .map_err(|e| ipvs_error("list IPVS services", e))?;
         let ours: Vec<(VsKey, Service)> = services

@@ -234,6 +234,9 @@ impl Drop for ApiServer {
 pub fn kernel_state() -> String {
     let mut ipvs: Vec<String> = stable_ipvs_dump().lines().map(str::to_string).collect();
     ipvs.sort();
+    // IPVS holds no two equal services or destinations: a repeated line is the listing's
+    // (see `stable_ipvs_dump`).
+    ipvs.dedup();
     let mut sets: Vec<String> = sh("ipset save")
         .lines()
         .map(|l| l.split(" initval ").next().unwrap_or(l).to_string())
@@ -334,8 +337,13 @@ pub fn cleanup() {
 
 /// `n` ClusterIP Services `s0..` on 10.97.x.y:80 with one endpoint each, as one manifest.
 pub fn many_services(n: usize, skip: Option<usize>) -> String {
+    services_where(n, |i| Some(i) != skip)
+}
+
+/// The Services of [`many_services`] whose index `keep` accepts.
+pub fn services_where(n: usize, keep: impl Fn(usize) -> bool) -> String {
     (0..n)
-        .filter(|i| Some(*i) != skip)
+        .filter(|i| keep(*i))
         .map(|i| {
             service(
                 &format!("s{i}"),
@@ -348,4 +356,102 @@ pub fn many_services(n: usize, skip: Option<usize>) -> String {
             ) + "\n---\n"
         })
         .collect()
+}
+
+/// Another network namespace adding 300 virtual servers and clearing them, over and over,
+/// until dropped. IPVS resumes a long dump by a position counted over every namespace's
+/// services, so this disturbs the dumps of the test's own namespace (repeats and skips),
+/// as other nodes' agents do on a kernel shared by several (kind, test rigs).
+pub struct ChurnElsewhere {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u32>>,
+}
+
+impl ChurnElsewhere {
+    /// Starts the churn in a namespace of its own.
+    pub fn start() -> ChurnElsewhere {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rules = std::env::temp_dir().join(format!("churn-{}.rules", std::process::id()));
+        let text: String = (0..300u32)
+            .map(|i| format!("-A -t 10.98.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
+            .collect();
+        std::fs::write(&rules, text).unwrap();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let _ns = Netns::fresh();
+                let mut rounds = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    sh(&format!("ipvsadm -R < {} && ipvsadm -C", rules.display()));
+                    rounds += 1;
+                }
+                rounds
+            })
+        };
+        ChurnElsewhere {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the churn; how many rounds it made.
+    pub fn stop(mut self) -> u32 {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> u32 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap_or(0))
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ChurnElsewhere {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// What differs between two [`kernel_state`]s, line by line, for a failure message: the
+/// lines only in `got`, those only in `want` and those repeated a different number of times
+/// (at most 10 of each), or that they hold the same objects in another order (the addresses
+/// of `kube-ipvs0` are one line).
+pub fn state_difference(got: &str, want: &str) -> String {
+    use std::collections::BTreeMap;
+    let count = |s: &str| {
+        let mut c: BTreeMap<String, usize> = BTreeMap::new();
+        for l in s.lines() {
+            *c.entry(l.chars().take(160).collect()).or_default() += 1;
+        }
+        c
+    };
+    let (g, w) = (count(got), count(want));
+    let extra: Vec<&String> = g.keys().filter(|l| !w.contains_key(*l)).collect();
+    let missing: Vec<&String> = w.keys().filter(|l| !g.contains_key(*l)).collect();
+    let repeated: Vec<String> = g
+        .iter()
+        .filter_map(|(l, n)| {
+            let m = w.get(l)?;
+            (m != n).then(|| format!("{n}x (want {m}x) {l}"))
+        })
+        .collect();
+    fn words(s: &str) -> Vec<&str> {
+        let mut w: Vec<&str> = s.split_whitespace().collect();
+        w.sort();
+        w
+    }
+    if extra.is_empty() && missing.is_empty() && repeated.is_empty() && words(got) == words(want) {
+        return "the same objects in another order".into();
+    }
+    format!(
+        "{} extra line(s) {:?}; {} missing line(s) {:?}; {} repeated differently {:?}",
+        extra.len(),
+        extra.iter().take(10).collect::<Vec<_>>(),
+        missing.len(),
+        missing.iter().take(10).collect::<Vec<_>>(),
+        repeated.len(),
+        repeated.iter().take(10).collect::<Vec<_>>()
+    )
 }
