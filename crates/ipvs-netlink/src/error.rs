@@ -45,6 +45,9 @@ pub enum Error {
     Unsettled {
         /// How many dumps were made.
         dumps: usize,
+        /// Every service any of the dumps listed, sorted by key, each once: the best estimate
+        /// left (a service of this namespace is missing only if every dump skipped it).
+        seen: Vec<crate::Service>,
     },
     /// The netlink socket failed.
     #[error("netlink socket")]

@@ -619,7 +619,14 @@ fn a_listing_disturbed_by_another_namespace_is_consistent() {
                     );
                     c.settled += 1;
                 }
-                Err(ipvs_netlink::Error::Unsettled { .. }) => c.unsettled += 1,
+                Err(ipvs_netlink::Error::Unsettled { seen, .. }) => {
+                    let seen: BTreeSet<ServiceKey> = seen.into_iter().map(|s| s.key).collect();
+                    assert!(
+                        want.iter().all(|k| seen.contains(k)),
+                        "an unsettled listing's union misses services of ours"
+                    );
+                    c.unsettled += 1;
+                }
                 Err(e) => panic!("list_consistent: {e}"),
             }
         }

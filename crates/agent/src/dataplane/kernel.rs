@@ -19,7 +19,7 @@ use futures::StreamExt;
 use futures::channel::oneshot;
 use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags, ServiceKey};
 use std::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::iptables::{self, Backend, Written};
 use super::link::{Address, Links};
@@ -105,12 +105,19 @@ impl Kernel {
     }
 
     async fn observe_services(&self) -> Result<BTreeMap<VsKey, VirtualServer>, Error> {
-        let services = self
-            .ipvs
-            .services()
-            .list_consistent(SERVICE_DUMPS)
-            .await
-            .map_err(|e| ipvs_error("list IPVS services", e))?;
+        let services = match self.ipvs.services().list_consistent(SERVICE_DUMPS).await {
+            Ok(services) => services,
+            // Another namespace kept changing IPVS through every dump: what any dump listed
+            // (a service of ours is missing only if every dump skipped it).
+            Err(ipvs_netlink::Error::Unsettled { dumps, seen }) => {
+                warn!(
+                    dumps,
+                    "the IPVS service list did not settle (another network namespace kept changing IPVS); using every service the dumps listed"
+                );
+                seen
+            }
+            Err(e) => return Err(ipvs_error("list IPVS services", e)),
+        };
         let ours: Vec<(VsKey, Service)> = services
             .into_iter()
             .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))

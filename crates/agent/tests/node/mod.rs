@@ -260,20 +260,47 @@ pub fn kube_rules(save: &str) -> Vec<String> {
         .collect()
 }
 
-/// `ipvsadm -Sn`, read until two dumps in a row agree. A dump larger than one netlink message
-/// is resumed by position, and the kernel counts that position over the services of every
-/// network namespace: while another test changes IPVS in its own namespace, a large dump can
-/// repeat or skip entries of ours (the kernel's objects are fine; only their listing moves).
+/// `ipvsadm -Sn`, read until two dumps in a row agree (as sorted sets of lines). A dump larger
+/// than one netlink message is resumed by position, and the kernel counts that position over
+/// the services of every network namespace: while another test changes IPVS in its own
+/// namespace, a large dump can repeat or skip entries of ours (the kernel's objects are fine;
+/// only their listing moves). A [`ChurnElsewhere`] pauses while this reads.
 pub fn stable_ipvs_dump() -> String {
+    let _reading = Settling::start();
+    let normal = |dump: &str| {
+        let mut lines: Vec<&str> = dump.lines().collect();
+        lines.sort_unstable();
+        lines.dedup();
+        lines.join("\n")
+    };
     let mut last = sh("ipvsadm -Sn");
     for _ in 0..20 {
         let now = sh("ipvsadm -Sn");
-        if now == last {
+        if normal(&now) == normal(&last) {
             return now;
         }
         last = now;
     }
     panic!("ipvsadm -Sn never gave the same dump twice in a row");
+}
+
+/// Tests reading a settled dump right now ([`stable_ipvs_dump`]).
+static SETTLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one reader in [`SETTLING`] while it lives.
+struct Settling;
+
+impl Settling {
+    fn start() -> Settling {
+        SETTLING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Settling
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        SETTLING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// GETs `path` from `addr` and returns the status code and body.
@@ -359,9 +386,10 @@ pub fn services_where(n: usize, keep: impl Fn(usize) -> bool) -> String {
 }
 
 /// Another network namespace adding 300 virtual servers and clearing them, over and over,
-/// until dropped. IPVS resumes a long dump by a position counted over every namespace's
-/// services, so this disturbs the dumps of the test's own namespace (repeats and skips),
-/// as other nodes' agents do on a kernel shared by several (kind, test rigs).
+/// until dropped (pausing while a test reads a [`stable_ipvs_dump`]). IPVS resumes a long
+/// dump by a position counted over every namespace's services, so this disturbs the dumps of
+/// the test's own namespace (repeats and skips), as other nodes' agents do on a kernel shared
+/// by several (kind, test rigs).
 pub struct ChurnElsewhere {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<u32>>,
@@ -382,6 +410,12 @@ impl ChurnElsewhere {
                 let _ns = Netns::fresh();
                 let mut rounds = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // Not while a test reads a settled dump: the churn is for the agent's
+                    // dumps, not the tests' (a 10,000-service dump might never settle).
+                    if SETTLING.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
                     sh(&format!("ipvsadm -R < {} && ipvsadm -C", rules.display()));
                     rounds += 1;
                 }

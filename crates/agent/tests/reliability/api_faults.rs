@@ -167,8 +167,13 @@ impl NetlinkReader {
         use futures::TryStreamExt;
         let handle = &self.handle;
         self.runtime.block_on(async {
-            let services: Vec<ipvs_netlink::Service> =
-                handle.services().dump().try_collect().await.expect("dump");
+            // Consistent: another test's namespace adding or deleting services would make a
+            // plain dump of 40 or more services repeat or skip ours (a false bad sample).
+            let services: Vec<ipvs_netlink::Service> = handle
+                .services()
+                .list_consistent(8)
+                .await
+                .expect("list services");
             let mut ipvs = Ipvs::new();
             for svc in services {
                 let dests: Vec<ipvs_netlink::Destination> = handle

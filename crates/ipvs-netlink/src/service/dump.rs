@@ -36,20 +36,26 @@ impl ServiceHandle {
     /// skip one of ours, though nothing changed here. A caller that deletes what is not
     /// listed, or deletes what it thinks is extra, needs this listing. Repeats are dropped.
     ///
-    /// Fails with [`Error::Unsettled`] when no two dumps in a row agree.
+    /// Fails with [`Error::Unsettled`] when no two dumps in a row agree; the error carries
+    /// every service any dump listed.
     pub async fn list_consistent(&self, max_dumps: usize) -> Result<Vec<Service>> {
         let mut previous: Option<Vec<Service>> = None;
+        let mut seen: Vec<Service> = Vec::new();
         let dumps = max_dumps.max(2);
         for _ in 0..dumps {
             let listed = without_repeats(self.list().await?);
-            if let Some(previous) = previous
-                && same_keys(&previous, &listed)
+            if let Some(previous) = &previous
+                && same_keys(previous, &listed)
             {
                 return Ok(listed);
             }
+            seen.extend(listed.iter().cloned());
             previous = Some(listed);
         }
-        Err(Error::Unsettled { dumps })
+        Err(Error::Unsettled {
+            dumps,
+            seen: without_repeats(seen),
+        })
     }
 }
 
