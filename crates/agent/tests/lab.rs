@@ -778,19 +778,11 @@ fn a_sync_killed_at_any_point_converges_without_leftovers() {
         let _ = agent.wait();
         node.write("svc.yaml", &many_services(N, Some(7)));
         node.once(&[]);
-        let state = kernel_state();
-        if state != reference {
-            row.lost(format!(
-                "killed {:?} in: {}",
-                cold * step / 8,
-                state_difference(&state, &reference)
-            ));
-        }
-        assert!(
-            state == reference,
-            "killed {:?} into a {cold:?} cold sync: {}",
-            cold * step / 8,
-            state_difference(&state, &reference)
+        assert_state(
+            &mut row,
+            &format!("killed {:?} into a {cold:?} cold sync", cold * step / 8),
+            &kernel_state(),
+            &reference,
         );
         clean();
     }
@@ -815,7 +807,7 @@ fn leftovers_are_deleted_while_another_namespace_changes_ipvs() {
         "another namespace adding and deleting virtual servers during our dumps",
     );
     row.tried("6 rounds under churn in another namespace");
-    let churn = ChurnElsewhere::start();
+    let churn = churn_elsewhere();
     // Plain `ipvsadm -Sn` dumps that differ from a settled one: the churn's effect.
     let (mut plain, mut disturbed) = (0, 0);
     for round in 0..6 {
@@ -830,18 +822,14 @@ fn leftovers_are_deleted_while_another_namespace_changes_ipvs() {
         }
         node.write("svc.yaml", &fewer);
         node.once(&[]);
-        let state = kernel_state();
-        if state != reference {
-            row.lost(format!(
-                "round {round}: {}",
-                state_difference(&state, &reference)
-            ));
-        }
-        assert!(
-            state == reference,
-            "round {round}, after the sync that deletes {} Services: {}",
-            N / 3,
-            state_difference(&state, &reference)
+        assert_state(
+            &mut row,
+            &format!(
+                "round {round}, after the sync that deletes {} Services",
+                N / 3
+            ),
+            &kernel_state(),
+            &reference,
         );
         cleanup();
         let left = stable_ipvs_dump();

@@ -549,42 +549,21 @@ fn batch_reports_each_result() {
 #[test]
 fn a_listing_disturbed_by_another_namespace_is_consistent() {
     use std::collections::BTreeSet;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     let _serial = serial();
     let _ns = Netns::fresh();
-    let rules = |net: u8| -> String {
-        (0..300u32)
-            .map(|i| format!("-A -t 10.{net}.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
-            .collect()
-    };
-    let dir = std::env::temp_dir().join("ipvs-lab-disturbed");
-    std::fs::create_dir_all(&dir).unwrap();
-    let ours = dir.join("ours.rules");
-    let theirs = dir.join("theirs.rules");
-    std::fs::write(&ours, rules(97)).unwrap();
-    std::fs::write(&theirs, rules(98)).unwrap();
+    let ours = std::env::temp_dir().join("ipvs-lab-disturbed.rules");
+    let rules: String = (0..300u32)
+        .map(|i| format!("-A -t 10.97.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
+        .collect();
+    std::fs::write(&ours, rules).unwrap();
     sh(&format!("ipvsadm -R < {}", ours.display()));
     let want: Vec<ServiceKey> = (0..300u32)
         .map(|i| ServiceKey::tcp(ip(&format!("10.97.{}.{}", i / 250, i % 250 + 1)), 80))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let churn = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let _ns = Netns::fresh();
-            let mut rounds = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                sh(&format!("ipvsadm -R < {} && ipvsadm -C", theirs.display()));
-                rounds += 1;
-            }
-            rounds
-        })
-    };
+    let churn = lab::churn::IpvsChurn::start(300, || false);
     let sorted = |services: Vec<Service>| -> Vec<ServiceKey> {
         let mut keys: Vec<ServiceKey> = services.into_iter().map(|s| s.key).collect();
         keys.sort();
@@ -637,8 +616,7 @@ fn a_listing_disturbed_by_another_namespace_is_consistent() {
         settled,
         unsettled,
     } = counts;
-    stop.store(true, Ordering::Relaxed);
-    let rounds = churn.join().unwrap();
+    let rounds = churn.stop();
     println!(
         "disturbed dumps: {wrong} wrong of {plain} plain dumps; {settled} consistent listings right, \
          {unsettled} unsettled; {rounds} rounds of 300 adds and a clear in the other namespace"

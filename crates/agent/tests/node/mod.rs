@@ -264,7 +264,7 @@ pub fn kube_rules(save: &str) -> Vec<String> {
 /// than one netlink message is resumed by position, and the kernel counts that position over
 /// the services of every network namespace: while another test changes IPVS in its own
 /// namespace, a large dump can repeat or skip entries of ours (the kernel's objects are fine;
-/// only their listing moves). A [`ChurnElsewhere`] pauses while this reads.
+/// only their listing moves). A [`churn_elsewhere`] pauses while this reads.
 pub fn stable_ipvs_dump() -> String {
     let _reading = Settling::start();
     let normal = |dump: &str| {
@@ -385,66 +385,23 @@ pub fn services_where(n: usize, keep: impl Fn(usize) -> bool) -> String {
         .collect()
 }
 
-/// Another network namespace adding 300 virtual servers and clearing them, over and over,
-/// until dropped (pausing while a test reads a [`stable_ipvs_dump`]). IPVS resumes a long
-/// dump by a position counted over every namespace's services, so this disturbs the dumps of
-/// the test's own namespace (repeats and skips), as other nodes' agents do on a kernel shared
-/// by several (kind, test rigs).
-pub struct ChurnElsewhere {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u32>>,
+/// Another namespace adding and clearing 300 virtual servers over and over
+/// ([`lab::churn::IpvsChurn`]), pausing while a test reads a [`stable_ipvs_dump`]: the churn
+/// is for the agent's dumps, not the tests' (a 10,000-service dump might never settle).
+pub fn churn_elsewhere() -> lab::churn::IpvsChurn {
+    lab::churn::IpvsChurn::start(300, || {
+        SETTLING.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
 }
 
-impl ChurnElsewhere {
-    /// Starts the churn in a namespace of its own.
-    pub fn start() -> ChurnElsewhere {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let rules = std::env::temp_dir().join(format!("churn-{}.rules", std::process::id()));
-        let text: String = (0..300u32)
-            .map(|i| format!("-A -t 10.98.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
-            .collect();
-        std::fs::write(&rules, text).unwrap();
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let _ns = Netns::fresh();
-                let mut rounds = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    // Not while a test reads a settled dump: the churn is for the agent's
-                    // dumps, not the tests' (a 10,000-service dump might never settle).
-                    if SETTLING.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                    sh(&format!("ipvsadm -R < {} && ipvsadm -C", rules.display()));
-                    rounds += 1;
-                }
-                rounds
-            })
-        };
-        ChurnElsewhere {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops the churn; how many rounds it made.
-    pub fn stop(mut self) -> u32 {
-        self.halt()
-    }
-
-    fn halt(&mut self) -> u32 {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread
-            .take()
-            .map(|t| t.join().unwrap_or(0))
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for ChurnElsewhere {
-    fn drop(&mut self) {
-        self.halt();
+/// Asserts that `got` is the kernel state `want`; when it is not, says what differs (see
+/// [`state_difference`]) in the panic and in `row`'s "lost" cell (CI shows the summary table,
+/// not always the panic message).
+pub fn assert_state(row: &mut lab::report::Row, context: &str, got: &str, want: &str) {
+    if got != want {
+        let difference = state_difference(got, want);
+        row.lost(format!("{context}: {difference}"));
+        panic!("{context}: {difference}");
     }
 }
 
