@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use crate::cli::Settings;
 use crate::dataplane::kernel::Kernel;
 use crate::dataplane::link::Links;
-use crate::dataplane::{Dataplane, Observation, sysctl};
+use crate::dataplane::{Dataplane, Observation, families, sysctl};
 use crate::health::Health;
 use crate::metrics::{Metrics, SyncObservation};
 use crate::model::cluster::Cluster;
@@ -36,7 +36,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     }
     let args = settings.args.clone();
     let kp = &settings.kube_proxy;
-    let config = settings.proxy.clone();
+    let mut config = settings.proxy.clone();
     if let Some(path) = &args.write_config_to {
         kp.write_to(path)?;
         info!(path = %path.display(), "effective configuration written");
@@ -44,6 +44,8 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     }
     if args.cleanup {
         let mut kernel = Kernel::connect(config.families.clone(), Vec::new()).await?;
+        // Both families, whatever the flags say, as kube-proxy's cleanup does.
+        kernel.set_families(families::usable(kernel.backend()), Vec::new());
         let Observation { state, .. } = kernel.observe().await?;
         let p = plan::cleanup(&state, &config.exclude_cidrs);
         let applied = kernel.apply(&p).await?;
@@ -105,10 +107,13 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         return dry_run(&first, &config).await;
     }
 
-    let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
-    let kernel = Kernel::connect(config.families.clone(), sysctl_keys)
+    let mut kernel = Kernel::connect(config.families.clone(), Vec::new())
         .await
         .context("cannot reach the kernel's IPVS (is the ip_vs module loaded?)")?;
+    config.families = families::usable(kernel.backend());
+    let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
+    kernel.set_families(config.families.clone(), sysctl_keys);
+    info!(families = ?config.families, "serving these IP families (each one whose iptables works on the host, as kube-proxy)");
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
     host_setup(&settings, &kernel).await;
     if args.init_only {

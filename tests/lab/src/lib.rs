@@ -42,6 +42,7 @@
 //! `cargo run -p lab -- test` builds them and runs them in the VM.
 
 pub mod churn;
+pub mod controlplane;
 pub mod cpio;
 pub mod guest;
 pub mod image;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
+use lab::controlplane::ControlPlane;
 use lab::image::Image;
 use lab::payload::Payload;
 use lab::suite::{self, shell_quote};
@@ -49,10 +50,16 @@ enum Cmd {
         /// unoptimized code; this is how `tests/run.sh` runs them.
         #[arg(long)]
         release: bool,
+        /// Start a real control plane on the host for the tests (etcd, kube-apiserver; see
+        /// `lab::controlplane`); the default when the `peers` package is tested.
+        #[arg(long)]
+        control_plane: bool,
         /// Arguments for every libtest binary (a name filter, --nocapture, ...).
         #[arg(last = true)]
         test_args: Vec<String>,
     },
+    /// Start the test control plane on the host, print its directory and wait for Ctrl-C.
+    ControlPlane,
 }
 
 #[derive(Args)]
@@ -95,6 +102,18 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> lab::Result<ExitCode> {
     let t0 = Instant::now();
     match cli.command {
+        Cmd::ControlPlane => {
+            let dir = std::env::current_dir()
+                .unwrap_or_default()
+                .join("target/lab/control-plane");
+            let cp = ControlPlane::start(&dir)?;
+            println!(
+                "control plane in {}: admin-host.kubeconfig (from the host), *.kubeconfig (inside the VM, through a forwarder); press Enter to stop",
+                cp.dir().display()
+            );
+            let _ = std::io::stdin().read_line(&mut String::new());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Image => {
             let image = Image::ensure()?;
             println!(
@@ -141,6 +160,7 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
             vm: args,
             packages,
             release,
+            control_plane,
             test_args,
         } => {
             let image = Image::ensure()?;
@@ -155,7 +175,28 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
                 build.tests.len(),
                 t0.elapsed()
             );
-            let out = suite::run(&image, &build, &test_args, &args.config())?;
+            let wants_peers = build.tests.iter().any(|t| t.package == "peers");
+            let cp = if control_plane || wants_peers {
+                let dir = std::env::current_dir()
+                    .unwrap_or_default()
+                    .join(format!("target/lab/control-plane-{}", std::process::id()));
+                Some(ControlPlane::start(&dir)?)
+            } else {
+                None
+            };
+            let mut config = args.config();
+            if cp.is_some() {
+                // Only the pc machine has a network device to reach the host with.
+                config.machine = Machine::Pc;
+            }
+            let out = suite::run(
+                &image,
+                &build,
+                &test_args,
+                &config,
+                cp.as_ref().map(|c| c.dir()),
+            )?;
+            drop(cp);
             report(&out, t0);
             Ok(if out.exit_code == 0 {
                 ExitCode::SUCCESS

@@ -117,6 +117,17 @@ pub fn run(
     .arg("-chardev")
     .arg(format!("file,id=con,path={}", console_log.display()))
     .args(["-device", "isa-serial,chardev=con,iobase=0x2f8,irq=3"]);
+    // QEMU's user network on the pc machine: the guest's 10.0.2.2 is the host's loopback,
+    // where the test control plane listens (lab::controlplane); nothing else is reachable.
+    // Not on microvm: the kernel's virtio_mmio cannot find its devices there (see /init).
+    if config.machine == Machine::Pc {
+        cmd.args([
+            "-netdev",
+            "user,id=n0",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ]);
+    }
     match config.machine {
         // On microvm acpi=off must be the machine option; as a kernel parameter it hangs.
         Machine::Microvm => cmd.args([

@@ -21,7 +21,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    fn tool(self, family: Family, verb: &str) -> String {
+    /// The tool of this backend for `family` (`ip6tables-nft`), with a verb (`save`).
+    pub fn tool(self, family: Family, verb: &str) -> String {
         let base = match family {
             Family::V4 => "iptables",
             Family::V6 => "ip6tables",

@@ -4,6 +4,7 @@
 //! - [`link`][]: `kube-ipvs0` and the host's addresses (rtnetlink).
 //! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
+//! - [`families`][]: which IP families the host can serve.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
 //! - [`modules`][]: scheduler modules IPVS must not load itself.
 //! - [`sysctl`][]: `/proc/sys`.
@@ -11,6 +12,7 @@
 
 pub mod child;
 pub mod conntrack;
+pub mod families;
 pub mod iptables;
 pub mod kernel;
 pub mod link;

@@ -181,9 +181,8 @@ pub fn sysctls(config: &ProxyConfig) -> BTreeMap<String, String> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    if config.families.contains(&Family::V6) {
-        s.insert("net/ipv6/conf/all/forwarding".into(), "1".into());
-    }
+    // IPv6 forwarding is left as the node has it, as kube-proxy leaves it (the differential
+    // corpus showed kube-proxy never writes it; the CNI or the node's setup owns it).
     if config.strict_arp {
         s.insert("net/ipv4/conf/all/arp_ignore".into(), "1".into());
         s.insert("net/ipv4/conf/all/arp_announce".into(), "2".into());

@@ -1,0 +1,221 @@
+//! The scenario's objects in the real API server, through kube-rs with the admin credentials:
+//! server-side apply (status through the status subresource), deletes, the Node.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::ApiResource;
+use peers::scenario::{NAMESPACE, Object, Scenario, deletion};
+use serde_json::json;
+
+/// A client of the test control plane, on its own runtime (the tests are synchronous).
+pub struct Cluster {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+}
+
+fn resource(kind: &str) -> ApiResource {
+    let (group, version, plural) = match kind {
+        "Service" => ("", "v1", "services"),
+        "EndpointSlice" => ("discovery.k8s.io", "v1", "endpointslices"),
+        "Node" => ("", "v1", "nodes"),
+        "Namespace" => ("", "v1", "namespaces"),
+        other => panic!("no resource for {other}"),
+    };
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply("peers-harness").force()
+}
+
+impl Cluster {
+    /// A client from a kubeconfig file (its current context).
+    pub fn connect(kubeconfig: &Path) -> Result<Cluster> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let client = rt.block_on(async {
+            let kc = Kubeconfig::read_from(kubeconfig)?;
+            let config =
+                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+            anyhow::Ok(kube::Client::try_from(config)?)
+        })?;
+        Ok(Cluster { rt, client })
+    }
+
+    fn api(&self, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+        let ar = resource(kind);
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    /// Creates the scenarios' namespace unless it exists.
+    pub fn ensure_namespace(&self) -> Result<()> {
+        let body =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+        self.rt.block_on(self.api("Namespace", None).patch(
+            NAMESPACE,
+            &apply_params(),
+            &Patch::Apply(body),
+        ))?;
+        Ok(())
+    }
+
+    /// Applies objects; a `status` in a document goes to the status subresource too.
+    pub fn apply(&self, objects: &[Object]) -> Result<()> {
+        self.rt.block_on(async {
+            for o in objects {
+                let api = self.api(&o.kind, Some(&o.namespace));
+                let mut body = o.body.clone();
+                let status = body.as_object_mut().and_then(|b| b.remove("status"));
+                api.patch(&o.name, &apply_params(), &Patch::Apply(&body))
+                    .await
+                    .with_context(|| format!("applying {} {}/{}", o.kind, o.namespace, o.name))?;
+                if let Some(status) = status {
+                    let patch =
+                        json!({"apiVersion": body["apiVersion"], "kind": o.kind, "status": status});
+                    api.patch_status(&o.name, &apply_params(), &Patch::Apply(&patch))
+                        .await
+                        .with_context(|| format!("status of {} {}", o.kind, o.name))?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Applies many objects, `parallel` requests at a time (a burst, as a controller makes).
+    pub fn apply_concurrently(&self, objects: &[Object], parallel: usize) -> Result<()> {
+        use futures::stream::{self, TryStreamExt};
+        self.rt.block_on(
+            stream::iter(objects.iter().map(Ok::<_, anyhow::Error>)).try_for_each_concurrent(
+                parallel,
+                |o| async move {
+                    self.api(&o.kind, Some(&o.namespace))
+                        .patch(&o.name, &apply_params(), &Patch::Apply(&o.body))
+                        .await
+                        .with_context(|| format!("applying {} {}", o.kind, o.name))?;
+                    Ok(())
+                },
+            ),
+        )
+    }
+
+    /// Deletes the Node `name`.
+    pub fn delete_node(&self, name: &str) -> Result<()> {
+        self.rt.block_on(
+            self.api("Node", None)
+                .delete(name, &DeleteParams::default()),
+        )?;
+        Ok(())
+    }
+
+    /// Deletes `Kind/name` objects.
+    pub fn delete(&self, what: &[String]) -> Result<()> {
+        self.rt.block_on(async {
+            for w in what {
+                let (kind, ns, name) = deletion(w)?;
+                self.api(&kind, Some(&ns))
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .with_context(|| format!("deleting {w}"))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Creates or replaces the scenario's Node: labels, pod CIDRs, InternalIPs.
+    pub fn apply_node(&self, name: &str, s: &Scenario) -> Result<()> {
+        let n = &s.node;
+        let mut spec = json!({});
+        if let Some(first) = n.pod_cidrs.first() {
+            spec = json!({"podCIDR": first, "podCIDRs": n.pod_cidrs});
+        }
+        let body = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": n.labels},
+            "spec": spec,
+        });
+        let mut addresses: Vec<serde_json::Value> = s
+            .internal_ips()
+            .iter()
+            .map(|ip| json!({"type": "InternalIP", "address": ip}))
+            .collect();
+        addresses.push(json!({"type": "Hostname", "address": name}));
+        let status =
+            json!({"apiVersion": "v1", "kind": "Node", "status": {"addresses": addresses}});
+        self.rt.block_on(async {
+            let api = self.api("Node", None);
+            api.patch(name, &apply_params(), &Patch::Apply(&body))
+                .await
+                .context("applying the Node")?;
+            api.patch_status(name, &apply_params(), &Patch::Apply(&status))
+                .await
+                .context("the Node's addresses")?;
+            anyhow::Ok(())
+        })
+    }
+
+    /// Sets (or, with an empty value, removes) labels of the Node.
+    pub fn label_node(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<()> {
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| {
+                let v = if v.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    v.clone().into()
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        let patch = json!({"metadata": {"labels": labels}});
+        self.rt.block_on(self.api("Node", None).patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        ))?;
+        Ok(())
+    }
+
+    /// Deletes every Service and EndpointSlice of the scenarios' namespace and the scenarios'
+    /// Nodes (`peers-*`).
+    pub fn clear(&self) -> Result<()> {
+        self.rt.block_on(async {
+            for kind in ["Service", "EndpointSlice"] {
+                let api = self.api(kind, Some(NAMESPACE));
+                for o in api.list(&ListParams::default()).await?.items {
+                    let name = o.metadata.name.unwrap_or_default();
+                    api.delete(&name, &DeleteParams::default()).await?;
+                }
+            }
+            let nodes = self.api("Node", None);
+            for o in nodes.list(&ListParams::default()).await?.items {
+                let name = o.metadata.name.unwrap_or_default();
+                if name.starts_with("peers-") {
+                    nodes.delete(&name, &DeleteParams::default()).await?;
+                }
+            }
+            anyhow::Ok(())
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! End to end against the real API server: its restart, an etcd compaction that makes the
+//! agent's watch too old (a real `410 Gone`), a burst of 5,000 objects, the Node deleted and
+//! made again. Each ends with the agent's kernel state right: the same as upstream
+//! kube-proxy's beside it where kube-proxy can be beside it, else counted with the real tools.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant, SystemTime};
+
+use peers::scenario::{self, Scenario};
+
+use super::{Pair, compare_clean, connect};
+
+/// A small scenario written here: a NodePort and a ClusterIP Service with endpoints.
+fn base(id: &str) -> Scenario {
+    let text = r#"
+description: end-to-end base
+objects: |
+  apiVersion: v1
+  kind: Service
+  metadata: {name: web}
+  spec:
+    type: NodePort
+    clusterIP: 10.96.200.10
+    ports: [{name: http, port: 80, targetPort: 8080, nodePort: 31080}]
+  ---
+  apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+  addressType: IPv4
+  ports: [{name: http, port: 8080, protocol: TCP}]
+  endpoints:
+  - {addresses: [10.244.1.2], conditions: {ready: true}}
+  - {addresses: [10.244.1.3], conditions: {ready: true}}
+  ---
+  apiVersion: v1
+  kind: Service
+  metadata: {name: db}
+  spec:
+    clusterIP: 10.96.200.20
+    ports: [{name: sql, port: 5432}]
+"#;
+    scenario::parse(id, text).expect("the base scenario")
+}
+
+/// A Service and its slice with one endpoint, numbered `i`, as a step's YAML.
+fn numbered(i: usize, endpoint_octet: u8) -> String {
+    let (a, b) = (i / 250, i % 250 + 1);
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: s{i}}}\nspec:\n  clusterIP: 10.96.{}.{b}\n  ports: [{{name: p, port: 80, targetPort: 8080}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{i}-1, labels: {{kubernetes.io/service-name: s{i}}}}}\naddressType: IPv4\n\
+         ports: [{{name: p, port: 8080, protocol: TCP}}]\nendpoints:\n- {{addresses: [10.244.{}.{endpoint_octet}], conditions: {{ready: true}}}}\n---\n",
+        100 + a,
+        a
+    )
+}
+
+#[test]
+fn e2e_the_agent_follows_the_api_server_through_its_restart() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let s = base("e2e-restart");
+    let mut pair = Pair::start(&cp, &cluster, &s, true).expect("start");
+    cp.stop_apiserver().expect("stop the API server");
+    std::thread::sleep(Duration::from_secs(15));
+    cp.start_apiserver().expect("start the API server");
+    // Changes made once it is back must arrive through the watches the restart broke.
+    let step = scenario::Step {
+        name: "after the restart".into(),
+        apply: numbered(1, 9),
+        delete: vec!["Service/db".into()],
+        node_labels: Default::default(),
+    };
+    pair.step(&cluster, &step)
+        .expect("the change after the restart");
+    compare_clean(&pair, "after the API server's restart");
+    assert!(
+        pair.ag.state()["ipvs"]
+            .iter()
+            .any(|l| l.contains("10.96.100.2:80"))
+    );
+}
+
+#[test]
+fn e2e_a_watch_made_too_old_by_a_compaction_relists() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let s = base("e2e-compaction");
+    let mut pair = Pair::start(&cp, &cluster, &s, true).expect("start");
+    // The agent loses the API server; kube-proxy keeps it.
+    pair.cut_agent();
+    let mut changes = String::new();
+    for i in 0..60 {
+        changes.push_str(&numbered(i, 7));
+    }
+    cluster
+        .apply(&scenario::objects(&changes).unwrap())
+        .unwrap();
+    // Enough writes to push the agent's resourceVersion out of the watch cache's window too,
+    // then etcd compacted past it.
+    for round in 0..4 {
+        let mut again = String::new();
+        for i in 0..60 {
+            again.push_str(&numbered(i, 10 + round));
+        }
+        cluster.apply(&scenario::objects(&again).unwrap()).unwrap();
+    }
+    cluster.delete(&["Service/db".into()]).unwrap();
+    cp.compact_etcd().expect("compact etcd");
+    let t = SystemTime::now();
+    pair.reconnect_agent(&cp);
+    pair.wait_synced(t)
+        .expect("both synced after the reconnection");
+    compare_clean(&pair, "after the compaction");
+    let log = pair.agent_log();
+    assert!(
+        ["410", "too old", "Expired", "Gone"]
+            .iter()
+            .any(|w| log.contains(w)),
+        "the agent's watch never met a 410; its log:\n{log}"
+    );
+}
+
+#[test]
+fn e2e_a_burst_of_5000_objects_is_programmed_whole() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let s = base("e2e-burst");
+    // The agent alone: upstream kube-proxy under emulation would take the run's whole budget.
+    let mut pair = Pair::start(&cp, &cluster, &s, false).expect("start");
+    let started = Instant::now();
+    let mut text = String::new();
+    for i in 0..2500 {
+        text.push_str(&numbered(i, 5));
+    }
+    let t = SystemTime::now();
+    cluster
+        .apply_concurrently(&scenario::objects(&text).unwrap(), 16)
+        .expect("the burst");
+    let created = started.elapsed();
+    pair.wait_synced(t).expect("synced after the burst");
+    // Settled: every Service has its virtual server and its one real server.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let ipvs = pair.ag.state().remove("ipvs").unwrap_or_default();
+        let servers = ipvs
+            .iter()
+            .filter(|l| l.starts_with("-A -t 10.96.1"))
+            .count();
+        let reals = ipvs
+            .iter()
+            .filter(|l| l.starts_with("-a -t 10.96.1"))
+            .count();
+        if servers == 2500 && reals == 2500 {
+            println!(
+                "burst: 5000 objects created in {created:.1?}, programmed in {:.1?}",
+                started.elapsed()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after the burst: {servers} of 2500 virtual servers, {reals} of 2500 real servers"
+        );
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    cluster.clear().unwrap();
+}
+
+#[test]
+fn e2e_the_node_deleted_and_made_again() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let mut s = base("e2e-node");
+    s.node
+        .labels
+        .insert("topology.kubernetes.io/zone".into(), "a".into());
+    // kube-proxy exits when its Node is deleted (its NodeManager); the agent stays up and
+    // keeps serving: it runs alone here.
+    let mut pair = Pair::start(&cp, &cluster, &s, false).expect("start");
+    let before = pair.ag.state();
+    cluster.delete_node(&pair.node).expect("delete the Node");
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(
+        pair.agent_running(),
+        "the agent exited when its Node was deleted:\n{}",
+        pair.agent_log()
+    );
+    let during = pair.ag.state();
+    assert_eq!(
+        before["ipvs"], during["ipvs"],
+        "virtual servers changed while the Node was gone"
+    );
+    // Made again with another zone: its labels are followed.
+    let t = SystemTime::now();
+    s.node
+        .labels
+        .insert("topology.kubernetes.io/zone".into(), "b".into());
+    cluster.apply_node(&pair.node, &s).expect("the Node again");
+    let step = scenario::Step {
+        name: "a change after the Node came back".into(),
+        apply: numbered(3, 4),
+        delete: vec![],
+        node_labels: Default::default(),
+    };
+    pair.step(&cluster, &step).expect("the change");
+    pair.wait_synced(t).expect("synced");
+    let after = pair.ag.state()["ipvs"].clone();
+    let mut missing = String::new();
+    for want in [
+        "-A -t 10.96.200.10:80",
+        "-A -t 10.96.100.4:80",
+        "-a -t 10.96.100.4:80 -r 10.244.0.4:8080",
+    ] {
+        if !after.iter().any(|l| l.starts_with(want)) {
+            let _ = writeln!(missing, "{want}");
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "missing after the Node came back:\n{missing}\nipvs:\n{after:#?}"
+    );
+}

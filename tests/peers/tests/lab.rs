@@ -1,0 +1,401 @@
+//! The differential corpus, run inside the lab VM (`cargo run -p lab -- test -p peers`): for
+//! each scenario, upstream kube-proxy (IPVS mode) and the agent run as the same node in two
+//! network namespaces against the host's real kube-apiserver, with the same objects and
+//! flags; after they start and after each step, the kernel state each programmed is read with
+//! the real tools and compared. A difference fails the scenario unless the README's "Where it
+//! differs" lists it (see `peers::compare`).
+//!
+//! `PEERS_SCENARIOS` picks the scenarios: `ci` (default: those marked `ci: true`), `all`, or a
+//! comma-separated list of file-stem prefixes.
+
+mod api;
+mod e2e;
+mod node;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use lab::controlplane::{ControlPlane, Forward};
+use lab::guest::Netns;
+use peers::compare::{self, Difference, Known};
+use peers::scenario::{self, Scenario};
+
+use api::Cluster;
+use node::{NodeNs, Program};
+
+/// How long a program may take to start and sync under emulation.
+const SYNC_LIMIT: Duration = Duration::from_secs(180);
+
+/// The build directory of this test (target/PROFILE; the test is target/PROFILE/deps/lab-HASH).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/PROFILE")
+        .to_path_buf()
+}
+
+/// The agent binary, built beside this test.
+fn agent() -> PathBuf {
+    profile_dir().join("kube-proxy-ipvs")
+}
+
+/// Upstream kube-proxy: built on the host by tests/peers/build.sh into target/peers and copied
+/// into the guest at the same path.
+fn kube_proxy() -> PathBuf {
+    profile_dir()
+        .parent()
+        .expect("target")
+        .join("peers/kube-proxy")
+}
+
+/// What one scenario came to.
+struct Outcome {
+    id: String,
+    steps: usize,
+    /// Per compared point (start, then each step): its name and differences.
+    points: Vec<(String, Vec<Difference>)>,
+    error: Option<String>,
+}
+
+impl Outcome {
+    fn unexplained<'a>(&'a self, known: &[Known]) -> Vec<(&'a str, &'a Difference)> {
+        self.points
+            .iter()
+            .flat_map(|(p, d)| {
+                compare::classify(d, known)
+                    .0
+                    .into_iter()
+                    .map(move |d| (p.as_str(), d))
+            })
+            .collect()
+    }
+}
+
+/// The flags both programs get besides the scenario's, and the config file when there is one.
+fn common_args(
+    s: &Scenario,
+    node: &str,
+    kubeconfig: &Path,
+    dir: &Path,
+    who: &str,
+) -> Result<Vec<String>> {
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--hostname-override={node}"),
+        "--proxy-mode=ipvs".into(),
+        "--healthz-bind-address=0.0.0.0:10256".into(),
+        "--metrics-bind-address=127.0.0.1:10249".into(),
+        // The conntrack table size is global to the kernel: neither program may touch it here.
+        "--conntrack-max-per-core=0".into(),
+        "--v=2".into(),
+    ];
+    if let Some(config) = &s.config {
+        // A config file's fields win over flags in kube-proxy: the harness's own go into it.
+        let mut v: serde_yaml::Value = serde_yaml::from_str(config)?;
+        let m = v.as_mapping_mut().context("config is not a mapping")?;
+        let set = |m: &mut serde_yaml::Mapping, path: &[&str], value: serde_yaml::Value| {
+            let mut cur = m;
+            for k in &path[..path.len() - 1] {
+                let e = cur
+                    .entry((*k).into())
+                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()));
+                cur = e.as_mapping_mut().expect("mapping");
+            }
+            cur.insert(path[path.len() - 1].into(), value);
+        };
+        set(
+            m,
+            &["clientConnection", "kubeconfig"],
+            kubeconfig.display().to_string().into(),
+        );
+        set(m, &["hostnameOverride"], node.into());
+        set(m, &["mode"], "ipvs".into());
+        set(m, &["healthzBindAddress"], "0.0.0.0:10256".into());
+        set(m, &["metricsBindAddress"], "127.0.0.1:10249".into());
+        set(m, &["conntrack", "maxPerCore"], 0.into());
+        let path = dir.join(format!("{who}-config.yaml"));
+        std::fs::write(&path, serde_yaml::to_string(&v)?)?;
+        args.push(format!("--config={}", path.display()));
+    }
+    args.extend(s.flags.iter().cloned());
+    Ok(args)
+}
+
+/// Reads both sides until each reads the same twice in a row (a sync may be in flight), then
+/// compares them.
+fn settle_and_compare(kp: &NodeNs, ag: &NodeNs) -> Vec<Difference> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut k, mut a) = (kp.state(), ag.state());
+    loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let (k2, a2) = (kp.state(), ag.state());
+        let stable = k2 == k && a2 == a;
+        (k, a) = (k2, a2);
+        if stable || Instant::now() > deadline {
+            return compare::differences(&k, &a);
+        }
+    }
+}
+
+/// Upstream kube-proxy and the agent running as one scenario's node, side by side.
+struct Pair {
+    kp: NodeNs,
+    ag: NodeNs,
+    kube_proxy: Option<Program>,
+    agent: Option<Program>,
+    node: String,
+    _kp_forward: Forward,
+    ag_forward: Option<Forward>,
+}
+
+impl Pair {
+    /// Creates the scenario's Node and objects, both namespaces, and starts both programs
+    /// (the agent after a takeover run of kube-proxy in its namespace, when asked); returns
+    /// once both have synced.
+    fn start(
+        cp: &ControlPlane,
+        cluster: &Cluster,
+        s: &Scenario,
+        with_kube_proxy: bool,
+    ) -> Result<Pair> {
+        let node = format!("peers-{}", s.id);
+        let dir = PathBuf::from("/tmp/peers").join(&s.id);
+        std::fs::create_dir_all(&dir)?;
+        cluster.clear()?;
+        cluster.apply_node(&node, s)?;
+        cluster.apply(&scenario::objects(&s.objects)?)?;
+        let kp = NodeNs::new("kp", s);
+        let ag = NodeNs::new("ag", s);
+        let kp_forward = cp.forward_into(kp.ns.name());
+        let ag_forward = Some(cp.forward_into(ag.ns.name()));
+        let kp_args = common_args(s, &node, &cp.kube_proxy_kubeconfig(), &dir, "kube-proxy")?;
+        let ag_args = common_args(s, &node, &cp.agent_kubeconfig(), &dir, "agent")?;
+        let kube_proxy_bin = &kube_proxy();
+        if s.takeover {
+            // The real kube-proxy programs the agent's namespace first and is stopped there.
+            let t = SystemTime::now();
+            let mut before = ag.start(
+                kube_proxy_bin,
+                &kp_args,
+                &dir.join("takeover-kube-proxy.log"),
+            )?;
+            ag.wait_synced(&mut before, t, SYNC_LIMIT)?;
+            before.kill();
+        }
+        let t = SystemTime::now();
+        let kube_proxy = if with_kube_proxy {
+            Some(kp.start(kube_proxy_bin, &kp_args, &dir.join("kube-proxy.log"))?)
+        } else {
+            None
+        };
+        let agent = Some(ag.start(&agent(), &ag_args, &dir.join("agent.log"))?);
+        let mut pair = Pair {
+            kp,
+            ag,
+            kube_proxy,
+            agent,
+            node,
+            _kp_forward: kp_forward,
+            ag_forward,
+        };
+        pair.wait_synced(t)?;
+        Ok(pair)
+    }
+
+    /// Waits until each running program has synced after `t`.
+    fn wait_synced(&mut self, t: SystemTime) -> Result<()> {
+        if let Some(p) = &mut self.kube_proxy {
+            self.kp.wait_synced(p, t, SYNC_LIMIT)?;
+        }
+        if let Some(p) = &mut self.agent {
+            self.ag.wait_synced(p, t, SYNC_LIMIT)?;
+        }
+        Ok(())
+    }
+
+    /// Applies one step and waits until both have synced after it.
+    fn step(&mut self, cluster: &Cluster, step: &scenario::Step) -> Result<()> {
+        let t = SystemTime::now();
+        cluster.apply(&scenario::objects(&step.apply)?)?;
+        cluster.delete(&step.delete)?;
+        if !step.node_labels.is_empty() {
+            cluster.label_node(&self.node, &step.node_labels)?;
+        }
+        self.wait_synced(t)
+            .with_context(|| format!("step {:?}", step.name))
+    }
+
+    /// The differences once both sides' state has settled.
+    fn compare(&self) -> Vec<Difference> {
+        settle_and_compare(&self.kp, &self.ag)
+    }
+
+    /// Cuts the agent off from the API server (its forwarder and open connections closed).
+    fn cut_agent(&mut self) {
+        self.ag_forward = None;
+    }
+
+    /// Gives the agent its way to the API server back.
+    fn reconnect_agent(&mut self, cp: &ControlPlane) {
+        self.ag_forward = Some(cp.forward_into(self.ag.ns.name()));
+    }
+
+    /// Whether the agent still runs.
+    fn agent_running(&mut self) -> bool {
+        self.agent.as_mut().is_some_and(Program::running)
+    }
+
+    /// The agent's output so far.
+    fn agent_log(&self) -> String {
+        self.agent.as_ref().map(|a| a.tail(400)).unwrap_or_default()
+    }
+}
+
+fn run_scenario(
+    cp: &ControlPlane,
+    cluster: &Cluster,
+    s: &Scenario,
+    out: &mut Outcome,
+) -> Result<()> {
+    let mut pair = Pair::start(cp, cluster, s, true)?;
+    out.points.push(("start".into(), pair.compare()));
+    for step in &s.steps {
+        pair.step(cluster, step)?;
+        out.points.push((step.name.clone(), pair.compare()));
+        out.steps += 1;
+    }
+    Ok(())
+}
+
+fn selected(all: Vec<Scenario>) -> Vec<Scenario> {
+    let which = std::env::var("PEERS_SCENARIOS").unwrap_or_else(|_| "ci".into());
+    match which.as_str() {
+        "all" => all,
+        "ci" => all.into_iter().filter(|s| s.ci).collect(),
+        list => {
+            let prefixes: Vec<&str> = list.split(',').map(str::trim).collect();
+            all.into_iter()
+                .filter(|s| prefixes.iter().any(|p| s.id.starts_with(p)))
+                .collect()
+        }
+    }
+}
+
+/// The results as Markdown: the table, then every difference with what explains it.
+fn report(outcomes: &[Outcome], known: &[Known]) -> String {
+    let mut t = String::from("| scenario | steps | differences | verdict |\n|---|---|---|---|\n");
+    let mut details = String::new();
+    for o in outcomes {
+        let all: usize = o.points.iter().map(|(_, d)| d.len()).sum();
+        let unexplained = o.unexplained(known);
+        let mut ids = std::collections::BTreeMap::<String, usize>::new();
+        for (_, d) in &o.points {
+            for (id, n) in compare::classify(d, known).1 {
+                *ids.entry(id).or_default() += n;
+            }
+        }
+        let listed: Vec<String> = ids.iter().map(|(id, n)| format!("{id} ×{n}")).collect();
+        let verdict = match (&o.error, unexplained.is_empty()) {
+            (Some(_), _) => "ERROR",
+            (None, true) if all == 0 => "identical",
+            (None, true) => "listed only",
+            (None, false) => "DIFFERS",
+        };
+        let diffs = if listed.is_empty() {
+            all.to_string()
+        } else {
+            format!("{all} ({})", listed.join(", "))
+        };
+        let _ = writeln!(t, "| {} | {} | {} | {} |", o.id, o.steps, diffs, verdict);
+        if let Some(e) = &o.error {
+            let _ = writeln!(details, "\n### {}: error\n\n```\n{e}\n```", o.id);
+        }
+        if !unexplained.is_empty() {
+            let _ = writeln!(details, "\n### {}: differences not listed\n\n```", o.id);
+            for (point, d) in unexplained {
+                let _ = writeln!(details, "{point}: {d}");
+            }
+            let _ = writeln!(details, "```");
+        }
+    }
+    t + &details
+}
+
+/// One test at a time talks to the control plane: kube-proxy serves every Service of the
+/// cluster, and the end-to-end tests restart the API server.
+static CONTROL_PLANE: Mutex<()> = Mutex::new(());
+
+/// What a test against the control plane starts with: the lock, the control plane, an admin
+/// client, and the test's own namespace with a forwarder to the API server.
+fn connect() -> (
+    MutexGuard<'static, ()>,
+    ControlPlane,
+    Cluster,
+    (Netns, Forward),
+) {
+    let guard = CONTROL_PLANE.lock().unwrap_or_else(|p| p.into_inner());
+    let ns = Netns::fresh();
+    let cp = ControlPlane::from_env().expect(
+        "no control plane: LAB_CONTROL_PLANE is unset (`lab test` starts one when the peers package is tested)",
+    );
+    let forward = cp.forward_here();
+    let cluster = Cluster::connect(&cp.admin_kubeconfig()).expect("admin client");
+    cluster.ensure_namespace().expect("namespace");
+    (guard, cp, cluster, (ns, forward))
+}
+
+/// Panics with every difference between kube-proxy and the agent that the README does not
+/// list.
+fn compare_clean(pair: &Pair, when: &str) {
+    let known = compare::known(peers::embedded::README).expect("README's peers-diff markers");
+    let diffs = pair.compare();
+    let (left, _) = compare::classify(&diffs, &known);
+    assert!(
+        left.is_empty(),
+        "{when}: differences the README does not list:\n{}",
+        left.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn differential_corpus_kube_proxy_and_the_agent_program_the_same_state() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let known = compare::known(peers::embedded::README).expect("README's peers-diff markers");
+    let scenarios = selected(scenario::embedded().expect("the corpus"));
+    assert!(!scenarios.is_empty(), "PEERS_SCENARIOS selects no scenario");
+
+    let mut outcomes = Vec::new();
+    for s in &scenarios {
+        let started = Instant::now();
+        let mut o = Outcome {
+            id: s.id.clone(),
+            steps: 0,
+            points: Vec::new(),
+            error: None,
+        };
+        if let Err(e) = run_scenario(&cp, &cluster, s, &mut o) {
+            o.error = Some(format!("{e:#}"));
+        }
+        println!("peers: {} done in {:.0?}", s.id, started.elapsed());
+        outcomes.push(o);
+    }
+    let _ = cluster.clear();
+    let text = report(&outcomes, &known);
+    println!("=== peers results begin ===\n{text}=== peers results end ===");
+    let bad: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.error.is_some() || !o.unexplained(&known).is_empty())
+        .map(|o| o.id.as_str())
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "scenarios with errors or unlisted differences: {bad:?}"
+    );
+}

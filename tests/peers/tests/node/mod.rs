@@ -1,0 +1,239 @@
+//! One side of the comparison: a named network namespace set up as the scenario's node, the
+//! program that runs in it (upstream kube-proxy or the agent), its sync progress and the state
+//! it left, read with the real tools.
+
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use lab::guest::NamedNetns;
+use lab::net::within;
+use peers::scenario::Scenario;
+use peers::state::{READERS, Sections, normalise};
+
+/// A namespace set up as the scenario's node.
+pub struct NodeNs {
+    /// The namespace.
+    pub ns: NamedNetns,
+}
+
+/// The gateway of a CIDR: its first host address.
+fn gateway(cidr: &str) -> Option<IpAddr> {
+    let (ip, len) = cidr.split_once('/')?;
+    let len: u32 = len.parse().ok()?;
+    match ip.parse::<IpAddr>().ok()? {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            Some(IpAddr::V4(((u32::from(a) & mask) + 1).into()))
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            Some(IpAddr::V6(((u128::from(a) & mask) + 1).into()))
+        }
+    }
+}
+
+impl NodeNs {
+    /// A namespace with the scenario's interfaces: `eth0` and the extra ones (dummy links, up,
+    /// IPv6 addresses without duplicate detection), and a default route per family of `eth0`.
+    pub fn new(prefix: &str, s: &Scenario) -> NodeNs {
+        let ns = NamedNetns::new(prefix);
+        let mut script = String::from("set -e\n");
+        let mut links = vec![("eth0", &s.node.addresses)];
+        links.extend(
+            s.node
+                .interfaces
+                .iter()
+                .map(|i| (i.name.as_str(), &i.addresses)),
+        );
+        for (name, addrs) in links {
+            script.push_str(&format!(
+                "ip link add {name} type dummy\nip link set {name} up\n"
+            ));
+            for a in addrs {
+                let nodad = if a.contains(':') { " nodad" } else { "" };
+                script.push_str(&format!("ip addr add {a} dev {name}{nodad}\n"));
+            }
+        }
+        for family in [false, true] {
+            if let Some(gw) = s
+                .node
+                .addresses
+                .iter()
+                .find(|a| a.contains(':') == family)
+                .and_then(|a| gateway(a))
+            {
+                let v = if family { "-6 " } else { "" };
+                script.push_str(&format!(
+                    "ip {v}route add default via {gw} dev eth0 onlink\n"
+                ));
+            }
+        }
+        ns.sh(&script);
+        NodeNs { ns }
+    }
+
+    /// The kernel state of the namespace, normalised, by section.
+    pub fn state(&self) -> Sections {
+        READERS
+            .iter()
+            .map(|(name, cmd)| (*name, normalise(name, &self.ns.sh(cmd))))
+            .collect()
+    }
+
+    /// Starts `program` with `args` in the namespace, its output in `log`.
+    pub fn start(&self, program: &Path, args: &[String], log: &Path) -> Result<Program> {
+        let out = File::create(log).with_context(|| log.display().to_string())?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", self.ns.name()])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        Ok(Program {
+            child,
+            log: log.to_path_buf(),
+            name: program
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        })
+    }
+
+    /// GETs `path` of the program's metrics (127.0.0.1:10249) or health (10256) server.
+    fn get(&self, addr: &'static str, path: &'static str) -> Option<(u16, String)> {
+        within(&self.ns, move || http_get(addr, path).ok())
+    }
+
+    /// Waits until the program reports a sync that ended at or after `since` for every IP
+    /// family it serves (kube-proxy's `kubeproxy_sync_proxy_rules_last_timestamp_seconds`,
+    /// which the agent exports with the same meaning) and answers `/healthz`.
+    pub fn wait_synced(
+        &self,
+        program: &mut Program,
+        since: SystemTime,
+        limit: Duration,
+    ) -> Result<()> {
+        let since = since
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = program.child.try_wait()? {
+                bail!("{} exited ({status}):\n{}", program.name, program.tail(30));
+            }
+            let metrics = self.get("127.0.0.1:10249", "/metrics");
+            let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
+            let healthy = self
+                .get("127.0.0.1:10256", "/healthz")
+                .is_some_and(|(c, _)| c == 200);
+            if healthy && last.is_some_and(|t| t >= since) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not sync within {limit:?} (last sync {last:?}, wanted >= {since:.1}, healthz {healthy}):\n{}",
+                    program.name,
+                    program.tail(30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+/// The oldest `kubeproxy_sync_proxy_rules_last_timestamp_seconds` sample (one per family).
+fn last_sync(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("kubeproxy_sync_proxy_rules_last_timestamp_seconds"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(f64::min)
+        .filter(|t| *t > 0.0)
+}
+
+/// A plain HTTP/1.1 GET: the status code and body.
+fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(
+        &addr.parse().expect("address"),
+        Duration::from_secs(2),
+    )?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// A program running in a namespace; killed when dropped.
+pub struct Program {
+    child: Child,
+    log: PathBuf,
+    name: String,
+}
+
+impl Program {
+    /// The last `n` lines of its output.
+    pub fn tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills it (SIGKILL: neither kube-proxy nor the agent removes its state on exit, and a
+    /// takeover must start from exactly what was programmed) and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_are_the_first_host() {
+        assert_eq!(
+            gateway("192.168.50.10/24"),
+            Some("192.168.50.1".parse().unwrap())
+        );
+        assert_eq!(
+            gateway("fd00:50::10/64"),
+            Some("fd00:50::1".parse().unwrap())
+        );
+    }
+}
