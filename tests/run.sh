@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks format, lints, builds the docs, runs the
-# host tests, then the kernel tests inside the lab VM. Prints the lab's boot time and the total.
+# host tests, builds the upstream peers, then the kernel tests inside the lab VM (with a real
+# control plane on the host and the differential corpus's ci scenarios). Prints the lab's boot time and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -19,7 +20,10 @@ cargo test --workspace
 step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
-step "kernel tests in the lab"
-cargo run --quiet -p lab -- test --release
+step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
+bash tests/peers/build.sh >/dev/null
+step "kernel tests in the lab (with the real control plane; the differential corpus's ci scenarios)"
+# 2 GiB: the payload carries upstream kube-proxy, which the corpus runs beside the agent.
+cargo run --quiet -p lab -- test --release --memory 2048
 step "done"
 echo "total: $(($(date +%s) - start))s"

@@ -7,6 +7,8 @@ packages=(
     qemu-system-x86 busybox-static cpio zstd kmod binutils
     # the real tools, in the image and as cross-checks
     ipvsadm ipset iptables nftables conntrack iproute2 dash bash coreutils util-linux ca-certificates
+    # the test control plane's certificates (lab::controlplane)
+    openssl
     # crates/ipset: libipset and bindgen's libclang
     libipset-dev pkg-config libclang-dev clang
 )

@@ -11,6 +11,10 @@ root=$(cd "$here/../.." && pwd)
 out="$root/target/peers"
 mkdir -p "$out"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+if ! command -v go >/dev/null; then
+    echo "peers: Go (1.26 or newer) is needed to build the upstream peers; it is not on PATH" >&2
+    exit 1
+fi
 stamp=$( (go version; cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" "$here/build.sh") | sha256sum | cut -c1-16)
 bins=(kube-apiserver kube-proxy kubectl etcd)
 if [[ "${1:-}" != --force && -f "$out/STAMP" && "$(cat "$out/STAMP")" == "$stamp" ]]; then

@@ -2,31 +2,65 @@
 # The whole differential corpus: builds the upstream peers, starts the real control plane,
 # runs every scenario (or PEERS_SCENARIOS=ci|all|prefix,...) in the lab VM with upstream
 # kube-proxy and the agent side by side, prints the table and, for a full run, writes it to
-# tests/peers/RESULTS.md. Exits non-zero when a scenario errs or differs unlisted.
+# tests/peers/RESULTS.md. PEERS_JOBS=N (default 2) runs N lab VMs at once, each with its own
+# control plane and an interleaved share of the scenarios. Exits non-zero when a scenario errs
+# or differs unlisted.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bash tests/setup.sh
 tests/peers/build.sh >/dev/null || exit 1
-export PEERS_SCENARIOS=${PEERS_SCENARIOS:-all}
-log=$(mktemp)
-start=$(date +%s)
-# The agent's package is listed for its binary (the payload carries the workspace's programs);
-# the filter runs only the corpus test.
-cargo run --quiet -p lab -- test --release --memory 2048 -p peers -p kube-proxy-ipvs-agent \
-    -- differential_corpus --nocapture 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-took=$(($(date +%s) - start))
-table=$(sed -n '/^=== peers results begin ===$/,/^=== peers results end ===$/p' "$log" | sed '1d;$d')
-if [[ -z "$table" ]]; then
-    echo "corpus: no results table in the output" >&2
-    exit 1
+which=${PEERS_SCENARIOS:-all}
+jobs=${PEERS_JOBS:-2}
+if [[ "$which" == all ]]; then
+    mapfile -t ids < <(ls tests/peers/scenarios/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')
+else
+    jobs=1
 fi
-if [[ "$PEERS_SCENARIOS" == all ]]; then
-    kernel=$(grep -o 'guest kernel [^ ,]*' "$log" | head -1 | cut -d' ' -f3)
+# Build once, before the VMs start (they would wait on cargo's lock in turn).
+cargo build --quiet --profile labtest -p lab
+cargo test --quiet --no-run --all-features --profile labtest -p peers -p kube-proxy-ipvs-agent 2>/dev/null
+start=$(date +%s)
+logs=()
+for ((j = 0; j < jobs; j++)); do
+    if [[ "$which" == all ]]; then
+        share=$(for ((i = j; i < ${#ids[@]}; i += jobs)); do echo "${ids[i]}"; done | paste -sd,)
+    else
+        share=$which
+    fi
+    log=$(mktemp)
+    logs+=("$log")
+    # The agent's package is listed for its binary (the payload carries the workspace's
+    # programs); the filter runs only the corpus test.
+    PEERS_SCENARIOS=$share cargo run --quiet -p lab -- test --release --memory 2048 \
+        -p peers -p kube-proxy-ipvs-agent -- differential_corpus --nocapture >"$log" 2>&1 &
+done
+tail -q -f "${logs[@]}" --pid=$$ 2>/dev/null | grep --line-buffered -E '^peers: |^\| |^lab: ' &
+rc=0
+for ((j = 0; j < jobs; j++)); do
+    wait -n -p done_pid 2>/dev/null || rc=1
+done
+took=$(($(date +%s) - start))
+rows=() details=""
+for log in "${logs[@]}"; do
+    table=$(sed -n '/^=== peers results begin ===$/,/^=== peers results end ===$/p' "$log" | sed '1d;$d')
+    if [[ -z "$table" ]]; then
+        echo "corpus: no results table in $log:" >&2
+        tail -30 "$log" >&2
+        rc=1
+        continue
+    fi
+    while IFS= read -r l; do rows+=("$l"); done < <(grep -E '^\| [0-9]' <<<"$table")
+    details+=$(awk '/^### /{p=1} p' <<<"$table")$'\n'
+done
+table=$(printf '| scenario | steps | differences | verdict |\n|---|---|---|---|\n'; printf '%s\n' "${rows[@]}" | sort)
+table+=$'\n'$details
+echo "$table"
+if [[ "$which" == all ]]; then
+    kernel=$(grep -ho 'guest kernel [^ ,]*' "${logs[@]}" | head -1 | cut -d' ' -f3)
     {
         echo "# Differential corpus: upstream kube-proxy and the agent side by side"
         echo
-        echo "Latest full run of \`./tests/peers/corpus.sh\` ($(date -u +%Y-%m-%d), ${took} s in the lab VM,"
+        echo "Latest full run of \`./tests/peers/corpus.sh\` ($(date -u +%Y-%m-%d), ${took} s with ${jobs} lab VMs,"
         echo "kernel ${kernel:-unknown}, kube-proxy and kube-apiserver v1.37.2 from tests/peers/go.mod)."
         echo "Each scenario of \`tests/peers/scenarios/\` runs upstream \`kube-proxy --proxy-mode=ipvs\` and"
         echo "\`kube-proxy-ipvs\` as the same node in two network namespaces against one real API server; the"
@@ -38,5 +72,6 @@ if [[ "$PEERS_SCENARIOS" == all ]]; then
     } > tests/peers/RESULTS.md
     echo "corpus: wrote tests/peers/RESULTS.md" >&2
 fi
+rm -f "${logs[@]}"
 echo "corpus: ${took}s, exit $rc" >&2
 exit "$rc"

@@ -37,6 +37,35 @@ const SYSCTLS: &str = "for f in net/ipv4/vs/conntrack net/ipv4/vs/conn_reuse_mod
     net/netfilter/nf_conntrack_udp_timeout net/netfilter/nf_conntrack_udp_timeout_stream; do \
     [ -r /proc/sys/$f ] && echo \"$f = $(cat /proc/sys/$f)\"; done; true";
 
+/// One shell script running every reader, each output behind a `@@peers-section NAME` line,
+/// so that a state is read with one process in the namespace rather than one per tool
+/// (process starts are slow under the lab's emulation).
+pub fn script() -> String {
+    READERS
+        .iter()
+        .map(|(name, cmd)| format!("echo '@@peers-section {name}'; {{ {cmd}; }} 2>/dev/null\n"))
+        .collect()
+}
+
+/// Splits the output of [`script`] and normalises each section.
+pub fn parse(output: &str) -> Sections {
+    let mut raw: BTreeMap<&'static str, String> =
+        READERS.iter().map(|(n, _)| (*n, String::new())).collect();
+    let mut current: Option<&'static str> = None;
+    for line in output.lines() {
+        if let Some(name) = line.strip_prefix("@@peers-section ") {
+            current = READERS.iter().map(|(n, _)| *n).find(|n| *n == name.trim());
+        } else if let Some(c) = current {
+            let text = raw.entry(c).or_default();
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    raw.into_iter()
+        .map(|(name, text)| (name, normalise(name, &text)))
+        .collect()
+}
+
 /// Normalises the raw output of the reader named `section`.
 pub fn normalise(section: &str, raw: &str) -> Vec<String> {
     match section {
@@ -204,6 +233,17 @@ fn link(raw: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_script_output_splits_into_its_sections() {
+        let out = "@@peers-section ipvs\n-A -t 10.96.0.2:80 -s rr\n@@peers-section sysctl\nnet/ipv4/vs/conntrack = 1\n";
+        let s = parse(out);
+        assert_eq!(s["ipvs"], ["-A -t 10.96.0.2:80 -s rr"]);
+        assert_eq!(s["sysctl"], ["net/ipv4/vs/conntrack = 1"]);
+        assert!(s["ipset"].is_empty());
+        assert_eq!(s.len(), READERS.len());
+        assert!(script().contains("@@peers-section kube-ipvs0"));
+    }
 
     #[test]
     fn ipvs_sorts_services_and_real_servers_but_keeps_them_together() {

@@ -129,10 +129,18 @@ fn common_args(
 /// compares them.
 fn settle_and_compare(kp: &NodeNs, ag: &NodeNs) -> Vec<Difference> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let (mut k, mut a) = (kp.state(), ag.state());
+    // Both sides read at once: each read is a dozen tool runs, slow under emulation.
+    let both = || {
+        std::thread::scope(|s| {
+            let k = s.spawn(|| kp.state());
+            let a = ag.state();
+            (k.join().expect("reading kube-proxy's state"), a)
+        })
+    };
+    let (mut k, mut a) = both();
     loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let (k2, a2) = (kp.state(), ag.state());
+        std::thread::sleep(Duration::from_secs(1));
+        let (k2, a2) = both();
         let stable = k2 == k && a2 == a;
         (k, a) = (k2, a2);
         if stable || Instant::now() > deadline {
@@ -384,6 +392,8 @@ fn differential_corpus_kube_proxy_and_the_agent_program_the_same_state() {
             o.error = Some(format!("{e:#}"));
         }
         println!("peers: {} done in {:.0?}", s.id, started.elapsed());
+        // As it goes, for whoever watches a long run.
+        print!("{}", report(std::slice::from_ref(&o), &known));
         outcomes.push(o);
     }
     let _ = cluster.clear();

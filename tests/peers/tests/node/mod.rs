@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use lab::guest::NamedNetns;
 use lab::net::within;
 use peers::scenario::Scenario;
-use peers::state::{READERS, Sections, normalise};
+use peers::state::{Sections, parse, script};
 
 /// A namespace set up as the scenario's node.
 pub struct NodeNs {
@@ -78,10 +78,7 @@ impl NodeNs {
 
     /// The kernel state of the namespace, normalised, by section.
     pub fn state(&self) -> Sections {
-        READERS
-            .iter()
-            .map(|(name, cmd)| (*name, normalise(name, &self.ns.sh(cmd))))
-            .collect()
+        parse(&self.ns.sh(&script()))
     }
 
     /// Starts `program` with `args` in the namespace, its output in `log`.
