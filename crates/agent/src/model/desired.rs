@@ -286,7 +286,12 @@ impl Builder<'_> {
                         counts.1 += 1;
                     }
                 }
-                let internal = if itp_local {
+                // internalTrafficPolicy=Local uses local endpoints; when there are none, an
+                // externally reachable Service falls back to the cluster-wide ones, which
+                // kube-proxy computes for it (its UsesClusterEndpoints), and any other gets none.
+                let externally_reachable =
+                    port.node_port.is_some() || !external_ips.is_empty() || !lb_ips.is_empty();
+                let internal = if itp_local && (!chosen.local.is_empty() || !externally_reachable) {
                     &chosen.local
                 } else {
                     &chosen.cluster

@@ -791,6 +791,32 @@ fn local_policies_without_local_endpoints_are_counted() {
     assert_eq!(d.no_local_endpoints.get(&Family::V4), Some(&(1, 1)));
 }
 
+/// internalTrafficPolicy Local with no local endpoint: the cluster IP falls back to the
+/// cluster-wide endpoints when the Service is reachable from outside (kube-proxy computes
+/// them for it), and gets none otherwise. Found by the differential corpus (011).
+#[test]
+fn internal_local_without_local_endpoints_falls_back_only_when_externally_reachable() {
+    let mut reachable = svc("np")
+        .cluster_ip("10.96.0.70")
+        .tcp(80)
+        .node_port(30070)
+        .etp_local();
+    reachable.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    let mut internal_only = svc("ci").cluster_ip("10.96.0.71").tcp(80);
+    internal_only.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    let c = cluster(
+        vec![reachable, internal_only],
+        vec![
+            eps("np", "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b"),
+            eps("ci", "", Protocol::Tcp, 8080).ready("10.244.1.3", "node-b"),
+        ],
+    );
+    let d = desired(&c, &config(), &host());
+    let reals = |k: VsKey| d.state.services[&k].destinations.len();
+    assert_eq!(reals(key("10.96.0.70", Protocol::Tcp, 80)), 1);
+    assert_eq!(reals(key("10.96.0.71", Protocol::Tcp, 80)), 0);
+}
+
 #[test]
 fn ipvs_sysctls_and_strict_arp() {
     let plain = super::desired::sysctls(&config());
