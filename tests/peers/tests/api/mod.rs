@@ -164,7 +164,9 @@ impl Cluster {
             api.patch(name, &apply_params(), &Patch::Apply(&body))
                 .await
                 .context("applying the Node")?;
-            api.patch_status(name, &apply_params(), &Patch::Apply(&status))
+            // A merge patch: server-side apply keys status.addresses by type and refuses two
+            // InternalIPs (a dual-stack node's).
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
                 .context("the Node's addresses")?;
             anyhow::Ok(())

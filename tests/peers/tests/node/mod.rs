@@ -2,6 +2,7 @@
 //! program that runs in it (upstream kube-proxy or the agent), its sync progress and the state
 //! it left, read with the real tools.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -129,10 +130,13 @@ impl NodeNs {
             }
             let metrics = self.get("127.0.0.1:10249", "/metrics");
             let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
+            let caught_up = metrics
+                .as_ref()
+                .is_some_and(|(_, body)| caught_up(body, since));
             let healthy = self
                 .get("127.0.0.1:10256", "/healthz")
                 .is_some_and(|(c, _)| c == 200);
-            if healthy && last.is_some_and(|t| t >= since) {
+            if healthy && last.is_some_and(|t| t >= since) && caught_up {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -155,6 +159,36 @@ fn last_sync(metrics: &str) -> Option<f64> {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .reduce(f64::min)
         .filter(|t| *t > 0.0)
+}
+
+/// Samples of one metric by their label set.
+fn samples<'a>(metrics: &'a str, name: &str) -> BTreeMap<&'a str, f64> {
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = rest.rsplit_once(' ')?;
+            if !(labels.is_empty() || labels.starts_with('{')) {
+                return None;
+            }
+            Some((labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Whether every change queued since `since` has been synced: for each family, the last
+/// sync is no older than the last change queued (a sync that ran just before the watch
+/// delivered the change is not the one that applied it).
+fn caught_up(metrics: &str, since: f64) -> bool {
+    let queued = samples(
+        metrics,
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    );
+    let synced = samples(metrics, "kubeproxy_sync_proxy_rules_last_timestamp_seconds");
+    queued
+        .iter()
+        .filter(|(_, q)| **q >= since)
+        .all(|(labels, q)| synced.get(labels).is_some_and(|s| s >= q))
 }
 
 /// A plain HTTP/1.1 GET: the status code and body.
@@ -221,6 +255,16 @@ impl Drop for Program {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sync_older_than_a_queued_change_is_not_caught_up() {
+        let m = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 105\n\
+                 kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 104\n\
+                 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv6\"} 90\n\
+                 kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 80\n";
+        assert!(!caught_up(m, 100.0));
+        assert!(caught_up(&m.replace("} 104", "} 106"), 100.0));
+    }
 
     #[test]
     fn gateways_are_the_first_host() {
