@@ -510,7 +510,9 @@ fn a_dual_stack_service_answers_on_both_families() {
     let node = Node::new("dual", 1);
     let pod = node.pods[0].ns.name().to_string();
     let out = node.outside.name().to_string();
-    // IPv6 beside IPv4: the bridge, the pod, the outside client.
+    // IPv6 beside IPv4: the bridge, the pod, the outside client. IPv6 forwarding is the
+    // node's to set (its CNI or its setup), as kube-proxy leaves it alone.
+    sh("sysctl -qw net.ipv6.conf.all.forwarding=1");
     sh("ip addr add fd00:244::1/64 dev cni0 nodad");
     sh(&format!(
         "ip -n {pod} addr add fd00:244::2/64 dev eth0 nodad && ip -n {pod} route add default via fd00:244::1"
