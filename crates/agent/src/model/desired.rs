@@ -424,6 +424,9 @@ impl Builder<'_> {
                         );
                     }
                     match proto {
+                        // No node address to serve node ports on (--nodeport-addresses matches
+                        // none): kube-proxy skips the node port entirely, set entries too.
+                        _ if node_ips.is_empty() => {}
                         Protocol::Tcp | Protocol::Udp => {
                             let (all, local) = if proto == Protocol::Tcp {
                                 (&sets::NODE_PORT_TCP, &sets::NODE_PORT_LOCAL_TCP)
@@ -450,6 +453,8 @@ impl Builder<'_> {
             if let Some(hc) = service.health_check_node_port
                 && etp_local
                 && service.kind == ServiceType::LoadBalancer
+                // As the node ports above: nothing when no node address serves them.
+                && !self.host.node_port_addresses(family, self.config).is_empty()
             {
                 self.add_entry(&sets::HEALTH_CHECK_NODE_PORT, family, SetEntry::Port(hc));
             }

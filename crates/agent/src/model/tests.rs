@@ -817,6 +817,37 @@ fn internal_local_without_local_endpoints_falls_back_only_when_externally_reacha
     assert_eq!(reals(key("10.96.0.71", Protocol::Tcp, 80)), 0);
 }
 
+/// --nodeport-addresses matching no node address: no node-port virtual server and no entry
+/// in the node-port sets, as kube-proxy (found by the differential corpus, 036).
+#[test]
+fn node_ports_without_a_matching_node_address_leave_no_set_entry() {
+    let np = svc("np").cluster_ip("10.96.0.80").tcp(80).node_port(30080);
+    let c = cluster(
+        vec![np],
+        vec![eps("np", "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b")],
+    );
+    let cfg = super::config::ProxyConfig {
+        nodeport_addresses: vec!["172.31.0.0/16".parse().unwrap()],
+        ..config()
+    };
+    let d = desired(&c, &cfg, &host());
+    let entries = |name: &str| d.state.sets.get(name).map(|s| s.entries.len()).unwrap_or(0);
+    assert_eq!(entries("KUBE-NODE-PORT-TCP"), 0);
+    assert!(
+        d.state.services.keys().all(|k| k.port != 30080),
+        "{:?}",
+        d.state.services.keys()
+    );
+    let d = desired(&c, &config(), &host());
+    assert_eq!(
+        d.state
+            .sets
+            .get("KUBE-NODE-PORT-TCP")
+            .map(|s| s.entries.len()),
+        Some(1)
+    );
+}
+
 #[test]
 fn ipvs_sysctls_and_strict_arp() {
     let plain = super::desired::sysctls(&config());
