@@ -16,7 +16,9 @@ use kube_proxy_ipvs_agent::model::config::ProxyConfig;
 use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired};
 use kube_proxy_ipvs_agent::model::kernel::KernelState;
 use kube_proxy_ipvs_agent::model::plan::plan;
-use kube_proxy_ipvs_agent::source::api::{self, ClientOptions, NodeLifecycle, SELECTOR, Watches};
+use kube_proxy_ipvs_agent::source::api::{
+    self, ClientOptions, NodeLifecycle, SERVICE_SELECTOR, SLICE_SELECTOR, Watches,
+};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -231,10 +233,12 @@ async fn initial_list_publishes_one_complete_snapshot() {
         .iter()
         .filter(|r| r.resource != Some(Resource::Nodes))
     {
-        assert_eq!(
-            r.query.get("labelSelector").map(String::as_str),
-            Some(SELECTOR)
-        );
+        let want = if r.resource == Some(Resource::Services) {
+            SERVICE_SELECTOR
+        } else {
+            SLICE_SELECTOR
+        };
+        assert_eq!(r.query.get("labelSelector").map(String::as_str), Some(want));
     }
     for r in requests
         .iter()

@@ -400,10 +400,14 @@ fn has_label(meta: &ObjectMeta, key: &str) -> bool {
     meta.labels.as_ref().is_some_and(|l| l.contains_key(key))
 }
 
-/// kube-proxy's informers select `!service-proxy-name,!headless` for Services and
-/// EndpointSlices alike.
-fn ignored_by_kube_proxy(meta: &ObjectMeta) -> bool {
-    has_label(meta, SERVICE_PROXY_NAME_LABEL) || has_label(meta, HEADLESS_LABEL)
+/// kube-proxy's Service informer selects `!service-proxy-name`.
+fn service_ignored_by_kube_proxy(meta: &ObjectMeta) -> bool {
+    has_label(meta, SERVICE_PROXY_NAME_LABEL)
+}
+
+/// kube-proxy's EndpointSlice informer selects `!headless`.
+fn slice_ignored_by_kube_proxy(meta: &ObjectMeta) -> bool {
+    has_label(meta, HEADLESS_LABEL)
 }
 
 fn missing(field: impl Into<String>) -> Reason {
@@ -475,13 +479,13 @@ fn parse_family(field: impl FnOnce() -> String, value: &str) -> Result<Family, R
 /// Converts a Service.
 ///
 /// `Ok(None)` for a Service kube-proxy does not watch (labelled
-/// [`SERVICE_PROXY_NAME_LABEL`] or [`HEADLESS_LABEL`]). A headless Service (`clusterIP:
+/// [`SERVICE_PROXY_NAME_LABEL`]). A headless Service (`clusterIP:
 /// None` or none at all) converts with empty `cluster_ips`, and an ExternalName Service with
 /// nothing but its name and kind: the desired state gives neither anything. A missing
 /// namespace is [`DEFAULT_NAMESPACE`].
 pub fn service(svc: &core::Service) -> Result<Option<Service>, ConvertError> {
     let object = ObjectRef::of(Kind::Service, &svc.metadata);
-    if ignored_by_kube_proxy(&svc.metadata) {
+    if service_ignored_by_kube_proxy(&svc.metadata) {
         return Ok(None);
     }
     service_inner(svc).map(Some).map_err(|reason| ConvertError {
@@ -788,8 +792,8 @@ fn service_ports(
 
 /// Converts an EndpointSlice.
 ///
-/// `Ok(None)` for a slice kube-proxy does not watch (labelled [`HEADLESS_LABEL`] or
-/// [`SERVICE_PROXY_NAME_LABEL`]) and for an `FQDN` slice. Condition defaults are the API's:
+/// `Ok(None)` for a slice kube-proxy does not watch (labelled [`HEADLESS_LABEL`]) and for an
+/// `FQDN` slice. Condition defaults are the API's:
 /// `ready` absent is true, `serving` absent is `ready`, `terminating` absent is false. A port
 /// with no number is left out (it would mean "all ports", which kube-proxy does not
 /// support); a port's name defaults to "" and its protocol to TCP. Each endpoint is its first
@@ -798,7 +802,7 @@ pub fn endpoint_slice(
     slice: &discovery::EndpointSlice,
 ) -> Result<Option<EndpointSlice>, ConvertError> {
     let object = ObjectRef::of(Kind::EndpointSlice, &slice.metadata);
-    if ignored_by_kube_proxy(&slice.metadata) {
+    if slice_ignored_by_kube_proxy(&slice.metadata) {
         return Ok(None);
     }
     endpoint_slice_inner(slice).map_err(|reason| ConvertError {

@@ -2,7 +2,7 @@
 //! turned into [`Cluster`] snapshots.
 //!
 //! Each kind has a kube-runtime [`watcher()`], selected on the server the way kube-proxy's
-//! informers are: Services and EndpointSlices with [`SELECTOR`]
+//! informers are: Services with [`SERVICE_SELECTOR`] and EndpointSlices with [`SLICE_SELECTOR`]
 //! (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`), the Node
 //! with the field selector `metadata.name=<node>`. Every object is converted once per
 //! `resourceVersion` by [`crate::k8s::convert`] when it arrives; a rejected one is logged
@@ -57,10 +57,14 @@ use self::rate::RateLimitLayer;
 use crate::k8s::convert::{self, ConvertError};
 use crate::model::cluster::{self, Cluster, ServiceRef};
 
-/// The label selector of the Service and EndpointSlice watches, as kube-proxy's informers
-/// use: objects of another proxy and those of headless Services stay on the server.
-pub const SELECTOR: &str =
-    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// The label selector of the Service watch, as kube-proxy's informer: Services of another
+/// proxy stay on the server. (kube-proxy selects Services by this label alone; the
+/// differential corpus showed it serving a Service labelled `service.kubernetes.io/headless`.)
+pub const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name";
+
+/// The label selector of the EndpointSlice watch, as kube-proxy's informer: the slices of
+/// headless Services stay on the server.
+pub const SLICE_SELECTOR: &str = "!service.kubernetes.io/headless";
 
 /// The taint the cluster autoscaler puts on a Node it is about to delete.
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -281,12 +285,12 @@ impl Watches {
         let config = self.watcher_config();
         let services = watch_kind::<core::Service>(
             Api::all(self.client.clone()),
-            config.clone().labels(SELECTOR),
+            config.clone().labels(SERVICE_SELECTOR),
         )
         .map(|e| Update::Service(Box::new(e)));
         let slices = watch_kind::<discovery::EndpointSlice>(
             Api::all(self.client.clone()),
-            config.clone().labels(SELECTOR),
+            config.clone().labels(SLICE_SELECTOR),
         )
         .map(|e| Update::Slice(Box::new(e)));
         let nodes = watch_kind::<core::Node>(
