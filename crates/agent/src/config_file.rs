@@ -1138,10 +1138,6 @@ impl KubeProxyConfiguration {
         if !errs.is_empty() {
             return Err(Error::invalid(errs));
         }
-        let mut families = vec![Family::V4];
-        if cluster_cidrs.iter().any(|c| matches!(c, IpNet::V6(_))) {
-            families.push(Family::V6);
-        }
         Ok(ProxyConfig {
             node_name: node_name.to_string(),
             scheduler: if self.ipvs.scheduler.is_empty() {
@@ -1157,7 +1153,9 @@ impl KubeProxyConfiguration {
             exclude_cidrs,
             random_fully: true,
             strict_arp: self.ipvs.strict_arp,
-            families,
+            // Both, as kube-proxy on a host that supports both: no flag turns a family off.
+            // The kernel edge keeps those the host can serve (dataplane::families).
+            families: vec![Family::V4, Family::V6],
             // Not configurable yet: the defaults.
             graceful_termination_timeout:
                 crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,

@@ -45,7 +45,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     if args.cleanup {
         let mut kernel = Kernel::connect(config.families.clone(), Vec::new()).await?;
         // Both families, whatever the flags say, as kube-proxy's cleanup does.
-        kernel.set_families(families::usable(kernel.backend()), Vec::new());
+        kernel.set_families(families::usable(kernel.backend()));
         let Observation { state, .. } = kernel.observe().await?;
         let p = plan::cleanup(&state, &config.exclude_cidrs);
         let applied = kernel.apply(&p).await?;
@@ -107,12 +107,12 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         return dry_run(&first, &config).await;
     }
 
-    let mut kernel = Kernel::connect(config.families.clone(), Vec::new())
+    let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
+    let mut kernel = Kernel::connect(config.families.clone(), sysctl_keys)
         .await
         .context("cannot reach the kernel's IPVS (is the ip_vs module loaded?)")?;
     config.families = families::usable(kernel.backend());
-    let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
-    kernel.set_families(config.families.clone(), sysctl_keys);
+    kernel.set_families(config.families.clone());
     info!(families = ?config.families, "serving these IP families (each one whose iptables works on the host, as kube-proxy)");
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
     host_setup(&settings, &kernel).await;

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
+use crate::image::output;
 use crate::{Error, Result};
 
 /// The environment variable naming the control plane's directory inside the guest.
@@ -73,22 +74,15 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().map_err(|e| Error::spawn(cmd, e))?;
-    if !out.status.success() {
-        return Err(Error::Failed(format!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The workspace root (tests/lab/../..).
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where `tests/peers/build.sh` puts the upstream programs (on the host, and in the guest
+/// when the payload carries them).
+pub fn peers_dir() -> PathBuf {
+    root().join("target/peers")
 }
 
 /// Builds the peers (cached) and returns their directory.
@@ -96,7 +90,7 @@ pub fn build_peers() -> Result<PathBuf> {
     let script = root().join("tests/peers/build.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(&script).stderr(Stdio::inherit());
-    let out = run(&mut cmd)?;
+    let out = output(&mut cmd)?;
     let dir = out.lines().last().unwrap_or_default().trim().to_string();
     Ok(PathBuf::from(dir))
 }
@@ -281,13 +275,13 @@ impl ControlPlane {
             let mut cmd = Command::new("sh");
             cmd.current_dir(&dir)
                 .args(["-c", &format!("openssl {args}")]);
-            run(&mut cmd).map(drop)
+            output(&mut cmd).map(drop)
         };
         ssl(
-            "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 -subj /CN=peers-ca 2>/dev/null",
+            "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 -subj /CN=peers-ca",
         )?;
         ssl(
-            "req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver 2>/dev/null",
+            "req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver",
         )?;
         std::fs::write(
             dir.join("san.ext"),
@@ -295,11 +289,9 @@ impl ControlPlane {
         )
         .map_err(|e| Error::Setup(e.to_string()))?;
         ssl(
-            "x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 30 -extfile san.ext 2>/dev/null",
+            "x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 30 -extfile san.ext",
         )?;
-        ssl(
-            "genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null",
-        )?;
+        ssl("genrsa -out sa.key 2048 && openssl rsa -in sa.key -pubout -out sa.pub")?;
         let admin_token = format!("admin-{}", std::process::id());
         std::fs::write(
             dir.join("tokens.csv"),
@@ -367,7 +359,7 @@ impl ControlPlane {
             cmd.arg("--kubeconfig")
                 .arg(dir.join("admin-host.kubeconfig"))
                 .args(args);
-            run(&mut cmd)
+            output(&mut cmd)
         };
         let deploy = root().join("deploy");
         kubectl(&[

@@ -219,7 +219,9 @@ fn run(cmd: &mut Command) -> Result<()> {
     }
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+/// Runs `cmd` to its end: its standard output, or an error with its status and standard
+/// error.
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().map_err(|e| Error::spawn(cmd, e))?;
     if !out.status.success() {
         return Err(Error::Failed(format!(

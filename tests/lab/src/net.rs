@@ -161,3 +161,28 @@ pub fn within<T: Send + 'static>(ns: &NamedNetns, f: impl FnOnce() -> T + Send +
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
+
+/// GETs `path` from `addr` (HTTP/1.1, `Connection: close`, 5 s to answer): the status code
+/// and the body, or why there is none (nothing listening yet, a cut answer). Tests read the
+/// agent's and kube-proxy's health and metrics servers with it: two fixed requests on
+/// loopback, which need no HTTP client library.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}

@@ -150,8 +150,7 @@ pub fn run(
     let args: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
     // The differential corpus runs upstream kube-proxy, built by tests/peers/build.sh.
     if build.tests.iter().any(|t| t.package == "peers") {
-        let kube_proxy =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/peers/kube-proxy");
+        let kube_proxy = crate::controlplane::peers_dir().join("kube-proxy");
         let kube_proxy = kube_proxy.canonicalize().map_err(|e| {
             Error::Setup(format!(
                 "{}: {e} (tests/peers/build.sh builds it)",

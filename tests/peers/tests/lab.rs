@@ -257,9 +257,12 @@ impl Pair {
         self.agent.as_mut().is_some_and(Program::running)
     }
 
-    /// The agent's output so far.
+    /// The agent's whole output so far (its debug lines fill any tail).
     fn agent_log(&self) -> String {
-        self.agent.as_ref().map(|a| a.tail(400)).unwrap_or_default()
+        self.agent
+            .as_ref()
+            .map(|a| a.tail(usize::MAX))
+            .unwrap_or_default()
     }
 }
 

@@ -831,7 +831,8 @@ nodePortAddresses: [all]
         vec!["10.9.0.0/16".parse::<IpNet>().unwrap()]
     );
     assert_eq!(p.nodeport_addresses.len(), 2);
-    assert_eq!(p.families, vec![Family::V4]);
+    // An IPv4 cluster CIDR turns no family off, as in kube-proxy; the host decides.
+    assert_eq!(p.families, vec![Family::V4, Family::V6]);
     let c = load_text("nodePortAddresses: [primary]\ndetectLocalMode: NodeCIDR\n")
         .unwrap()
         .config;

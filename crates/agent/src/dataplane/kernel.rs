@@ -84,10 +84,9 @@ impl Kernel {
     }
 
     /// Serves `families` from now on (the host's usable families, known once the backend
-    /// is), with the sysctls that follow from them.
-    pub fn set_families(&mut self, families: Vec<Family>, sysctl_keys: Vec<String>) {
+    /// is).
+    pub fn set_families(&mut self, families: Vec<Family>) {
         self.families = families;
-        self.sysctl_keys = sysctl_keys;
     }
 
     /// The iptables backend in use.

@@ -47,7 +47,8 @@ pub struct ProxyConfig {
     pub random_fully: bool,
     /// `--ipvs-strict-arp`: `arp_ignore=1`, `arp_announce=2` (MetalLB L2 needs it).
     pub strict_arp: bool,
-    /// The IP families the agent serves (IPv4, IPv6 or both).
+    /// The IP families the agent serves (IPv4, IPv6 or both): both from the configuration,
+    /// narrowed at start to those the host supports (`dataplane::families`).
     pub families: Vec<Family>,
     /// `--ipvs-graceful-termination-timeout`: the longest a removed TCP real server drains at
     /// weight 0 before it is deleted with whatever connections it still has; zero deletes

@@ -274,6 +274,14 @@ impl Builder<'_> {
             let lb_ips = of_family(&service.load_balancer_ips);
             let etp_local = service.external_traffic_policy == TrafficPolicy::Local;
             let itp_local = service.internal_traffic_policy == TrafficPolicy::Local;
+            // The node addresses that serve node ports, once per Service and family (only
+            // NodePort and LoadBalancer Services have node ports to serve).
+            let node_ips = match service.kind {
+                ServiceType::NodePort | ServiceType::LoadBalancer => {
+                    self.host.node_port_addresses(family, self.config)
+                }
+                _ => BTreeSet::new(),
+            };
             for port in &service.ports {
                 let eps = port_endpoints(slices, port, family, &topology);
                 let chosen = choose(&eps, topology.node_hints);
@@ -411,7 +419,6 @@ impl Builder<'_> {
                 if let (Some(node_port), ServiceType::NodePort | ServiceType::LoadBalancer) =
                     (port.node_port, service.kind)
                 {
-                    let node_ips = self.host.node_port_addresses(family, self.config);
                     for ip in &node_ips {
                         self.add_vs(
                             service,
@@ -454,7 +461,7 @@ impl Builder<'_> {
                 && etp_local
                 && service.kind == ServiceType::LoadBalancer
                 // As the node ports above: nothing when no node address serves them.
-                && !self.host.node_port_addresses(family, self.config).is_empty()
+                && !node_ips.is_empty()
             {
                 self.add_entry(&sets::HEALTH_CHECK_NODE_PORT, family, SetEntry::Port(hc));
             }

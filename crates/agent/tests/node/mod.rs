@@ -311,25 +311,7 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
 /// GETs `path` from `addr`: the status code and body, or why there is none (nothing
 /// listening yet, a cut answer).
 pub fn try_http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
+    lab::net::http_get(addr, path)
 }
 
 /// Runs the agent with `args` to its end and checks that it succeeded; its output.

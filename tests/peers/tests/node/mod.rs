@@ -107,7 +107,7 @@ impl NodeNs {
 
     /// GETs `path` of the program's metrics (127.0.0.1:10249) or health (10256) server.
     fn get(&self, addr: &'static str, path: &'static str) -> Option<(u16, String)> {
-        within(&self.ns, move || http_get(addr, path).ok())
+        within(&self.ns, move || lab::net::http_get(addr, path).ok())
     }
 
     /// Waits until the program reports a sync that ended at or after `since` for every IP
@@ -189,32 +189,6 @@ fn caught_up(metrics: &str, since: f64) -> bool {
         .iter()
         .filter(|(_, q)| **q >= since)
         .all(|(labels, q)| synced.get(labels).is_some_and(|s| s >= q))
-}
-
-/// A plain HTTP/1.1 GET: the status code and body.
-fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(
-        &addr.parse().expect("address"),
-        Duration::from_secs(2),
-    )?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
 }
 
 /// A program running in a namespace; killed when dropped.
