@@ -1160,6 +1160,8 @@ impl KubeProxyConfiguration {
             graceful_termination_timeout:
                 crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
             prefer_same_node: true,
+            // A fact of the host, read at start.
+            kernel_version: None,
         })
     }
 }

@@ -19,6 +19,7 @@ use crate::dataplane::{Dataplane, Observation, families, sysctl};
 use crate::health::Health;
 use crate::metrics::{Metrics, SyncObservation};
 use crate::model::cluster::Cluster;
+use crate::model::config::{ConnReuse, KernelVersion};
 use crate::model::desired::{Host, desired, sysctls};
 use crate::model::iptables::restore_input;
 use crate::model::kernel::KernelState;
@@ -28,6 +29,32 @@ use crate::sync::{self, Periods, Syncer};
 
 /// Snapshots of the cluster: `None` until the source has listed everything once.
 type Snapshots = watch::Receiver<Option<Arc<Cluster>>>;
+
+/// The running kernel's version, with what that means for `conn_reuse_mode` logged.
+fn kernel_version() -> Option<KernelVersion> {
+    let release = sysctl::kernel_release();
+    let version = release.as_deref().and_then(KernelVersion::parse);
+    let release = release.unwrap_or_default();
+    match ConnReuse::for_kernel(version) {
+        ConnReuse::Unsupported => warn!(
+            %release,
+            "net/ipv4/vs/conn_reuse_mode cannot be set: the kernel is older than 4.1"
+        ),
+        ConnReuse::SetZero => info!(
+            %release,
+            "net/ipv4/vs/conn_reuse_mode set to 0: kernels before 5.9 delay a reused connection's first SYN by 1 s"
+        ),
+        ConnReuse::LeftAsIs => info!(
+            %release,
+            "net/ipv4/vs/conn_reuse_mode left as the node has it (kernel 5.9 or later, as kube-proxy)"
+        ),
+        ConnReuse::Unknown => warn!(
+            %release,
+            "the kernel's version is unknown: net/ipv4/vs/conn_reuse_mode left as the node has it"
+        ),
+    }
+    version
+}
 
 /// Runs the mode the command line asks for.
 pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
@@ -107,6 +134,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         return dry_run(&first, &config).await;
     }
 
+    config.kernel_version = kernel_version();
     let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
     let mut kernel = Kernel::connect(config.families.clone(), sysctl_keys)
         .await

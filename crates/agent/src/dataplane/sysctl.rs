@@ -24,3 +24,10 @@ pub fn write(key: &str, value: &str) -> Result<(), Error> {
         source: e,
     })
 }
+
+/// The running kernel's release string (`uname -r`), as kube-proxy reads it.
+pub fn kernel_release() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|r| r.trim().to_string())
+}

@@ -59,6 +59,8 @@ pub struct ProxyConfig {
     /// The `PreferSameTrafficDistribution` feature gate: honour node hints
     /// (`trafficDistribution: PreferSameNode`). On by default, as in Kubernetes 1.34.
     pub prefer_same_node: bool,
+    /// The running kernel's version (`None`: unknown), which decides `conn_reuse_mode`.
+    pub kernel_version: Option<KernelVersion>,
 }
 
 /// The default of `--ipvs-graceful-termination-timeout`: 15 minutes, the kernel's default IPVS
@@ -84,6 +86,7 @@ impl Default for ProxyConfig {
             families: vec![Family::V4],
             graceful_termination_timeout: DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
             prefer_same_node: true,
+            kernel_version: None,
         }
     }
 }
@@ -92,6 +95,61 @@ impl ProxyConfig {
     /// The masquerade mark, `1 << masquerade_bit`.
     pub fn masquerade_mark(&self) -> u32 {
         1u32 << u32::from(self.masquerade_bit.min(31))
+    }
+}
+
+/// A kernel's `major.minor` version, from its release string (`/proc/sys/kernel/osrelease`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KernelVersion {
+    /// The major number.
+    pub major: u32,
+    /// The minor number.
+    pub minor: u32,
+}
+
+impl KernelVersion {
+    /// Reads the leading `major.minor` of a release such as `6.1.0-56-cloud-amd64` or
+    /// `5.4.17-2136.el8uek.x86_64`; `None` when it does not start with one.
+    pub fn parse(release: &str) -> Option<Self> {
+        let mut numbers = release.trim().split(['.', '-', '+', '_']);
+        let major = numbers.next()?.parse().ok()?;
+        let minor = numbers.next()?.parse().ok()?;
+        Some(Self { major, minor })
+    }
+}
+
+impl std::fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// What the agent does with `net/ipv4/vs/conn_reuse_mode`, kube-proxy's kernel-version rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnReuse {
+    /// Below 4.1 the sysctl does not exist: left alone, with an error logged.
+    Unsupported,
+    /// From 4.1 to 5.8 it is set to 0: with 1 those kernels drop the first SYN of a
+    /// connection that reuses a stale IPVS entry's port (a 1 s connect delay, kubernetes#70747).
+    SetZero,
+    /// From 5.9 the kernel fixed that delay, and 0 would keep traffic on deleted real servers
+    /// (kubernetes#81775): left as the node has it (kubernetes#93297).
+    LeftAsIs,
+    /// The kernel's version is unknown: left alone.
+    Unknown,
+}
+
+impl ConnReuse {
+    /// The rule for a kernel.
+    pub fn for_kernel(kernel: Option<KernelVersion>) -> Self {
+        const MIN: KernelVersion = KernelVersion { major: 4, minor: 1 };
+        const FIXED: KernelVersion = KernelVersion { major: 5, minor: 9 };
+        match kernel {
+            None => Self::Unknown,
+            Some(k) if k < MIN => Self::Unsupported,
+            Some(k) if k < FIXED => Self::SetZero,
+            Some(_) => Self::LeftAsIs,
+        }
     }
 }
 

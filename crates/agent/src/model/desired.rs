@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::cluster::{
     Cluster, EndpointSlice, Family, Protocol, Service, ServiceType, TrafficPolicy,
 };
-use super::config::{LocalDetector, ProxyConfig};
+use super::config::{ConnReuse, LocalDetector, ProxyConfig};
 use super::endpoints::{Topology, ZONE_LABEL, choose, port_endpoints};
 use super::iptables::{self, OutFilter};
 use super::kernel::{
@@ -183,6 +183,9 @@ pub fn sysctls(config: &ProxyConfig) -> BTreeMap<String, String> {
     .collect();
     // IPv6 forwarding is left as the node has it, as kube-proxy leaves it (the differential
     // corpus showed kube-proxy never writes it; the CNI or the node's setup owns it).
+    if ConnReuse::for_kernel(config.kernel_version) == ConnReuse::SetZero {
+        s.insert("net/ipv4/vs/conn_reuse_mode".into(), "0".into());
+    }
     if config.strict_arp {
         s.insert("net/ipv4/conf/all/arp_ignore".into(), "1".into());
         s.insert("net/ipv4/conf/all/arp_announce".into(), "2".into());

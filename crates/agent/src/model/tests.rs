@@ -860,6 +860,7 @@ fn ipvs_sysctls_and_strict_arp() {
         assert_eq!(plain.get(key).map(String::as_str), Some("1"), "{key}");
     }
     assert!(!plain.contains_key("net/ipv4/conf/all/arp_ignore"));
+    assert!(!plain.contains_key("net/ipv4/vs/conn_reuse_mode"));
     let strict = super::desired::sysctls(&super::config::ProxyConfig {
         strict_arp: true,
         ..config()
@@ -875,5 +876,56 @@ fn ipvs_sysctls_and_strict_arp() {
             .get("net/ipv4/conf/all/arp_announce")
             .map(String::as_str),
         Some("2")
+    );
+}
+
+#[test]
+fn conn_reuse_mode_follows_kube_proxys_kernel_rule() {
+    use super::config::{ConnReuse, KernelVersion, ProxyConfig};
+    let parse = |r: &str| KernelVersion::parse(r).unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(
+        parse("6.1.0-56-cloud-amd64"),
+        KernelVersion { major: 6, minor: 1 }
+    );
+    assert_eq!(
+        parse("5.4.17-2136.el8uek.x86_64"),
+        KernelVersion { major: 5, minor: 4 }
+    );
+    assert_eq!(
+        parse("4.19"),
+        KernelVersion {
+            major: 4,
+            minor: 19
+        }
+    );
+    assert_eq!(KernelVersion::parse("garbage"), None);
+    assert_eq!(KernelVersion::parse("6"), None);
+    let mode = |release: &str| {
+        let config = ProxyConfig {
+            kernel_version: KernelVersion::parse(release),
+            ..config()
+        };
+        super::desired::sysctls(&config)
+            .get("net/ipv4/vs/conn_reuse_mode")
+            .cloned()
+    };
+    // 4.1 <= kernel < 5.9: set to 0; from 5.9, and below 4.1, and unknown: left alone.
+    for (release, want) in [
+        ("3.10.0-1160.el7.x86_64", None),
+        ("4.0.9", None),
+        ("4.1.0", Some("0")),
+        ("4.19.0-26-amd64", Some("0")),
+        ("5.8.18", Some("0")),
+        ("5.9.0", None),
+        ("6.1.0-56-cloud-amd64", None),
+        ("10.0.0", None),
+        ("", None),
+    ] {
+        assert_eq!(mode(release).as_deref(), want, "{release}");
+    }
+    assert_eq!(ConnReuse::for_kernel(None), ConnReuse::Unknown);
+    assert_eq!(
+        ConnReuse::for_kernel(Some(parse("3.10"))),
+        ConnReuse::Unsupported
     );
 }
