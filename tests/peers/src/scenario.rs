@@ -37,6 +37,10 @@ pub struct Scenario {
     /// starts on state the real kube-proxy wrote.
     #[serde(default)]
     pub takeover: bool,
+    /// Objects (`Kind/name`) deleted once the takeover's kube-proxy has stopped and before
+    /// either program starts: what it left for them is the agent's to remove.
+    #[serde(default)]
+    pub deleted_before_start: Vec<String>,
     /// Services and EndpointSlices (multi-document YAML; namespace `peers` unless given)
     /// present before the programs start.
     #[serde(default)]
@@ -191,6 +195,12 @@ impl Scenario {
             for d in &s.delete {
                 deletion(d).with_context(|| format!("step {:?}", s.name))?;
             }
+        }
+        for d in &self.deleted_before_start {
+            deletion(d).context("deleted_before_start")?;
+        }
+        if !self.deleted_before_start.is_empty() && !self.takeover {
+            bail!("deleted_before_start: only with takeover: true");
         }
         for a in self
             .node

@@ -193,6 +193,7 @@ impl Pair {
             )?;
             ag.wait_synced(&mut before, t, SYNC_LIMIT)?;
             before.kill();
+            cluster.delete(&s.deleted_before_start)?;
         }
         let t = SystemTime::now();
         let kube_proxy = if with_kube_proxy {

@@ -929,3 +929,96 @@ fn conn_reuse_mode_follows_kube_proxys_kernel_rule() {
         ConnReuse::Unsupported
     );
 }
+
+/// What kube-proxy left on a node for Services deleted before the agent's first sync: node
+/// ports on the node's own address (not on `kube-ipvs0`), an external IP and a load-balancer
+/// IP, each named by kube-proxy's sets. The agent deletes them, as kube-proxy would on its
+/// restart, and leaves a foreign virtual server on a node address alone.
+#[test]
+fn a_takeover_deletes_what_kube_proxys_sets_prove_it_made() {
+    use super::kernel::{Set, SetKind};
+    let empty = VirtualServer {
+        scheduler: "rr".into(),
+        sched_flags: 0,
+        persistence: None,
+        destinations: Default::default(),
+        connections: Default::default(),
+    };
+    let mut kernel = KernelState::default();
+    let mut set = |name: &str, kind: SetKind, family: Family, entries: Vec<SetEntry>| {
+        kernel.sets.insert(
+            name.into(),
+            Set {
+                kind,
+                family,
+                entries: entries.into_iter().collect(),
+            },
+        );
+    };
+    set(
+        "KUBE-NODE-PORT-TCP",
+        SetKind::BitmapPort,
+        Family::V4,
+        vec![SetEntry::Port(31364)],
+    );
+    set(
+        "KUBE-NODE-PORT-UDP",
+        SetKind::BitmapPort,
+        Family::V4,
+        vec![SetEntry::Port(31365)],
+    );
+    set(
+        "KUBE-NODE-PORT-SCTP-HASH",
+        SetKind::HashIpPort,
+        Family::V4,
+        vec![SetEntry::IpPort(ip("192.168.1.10"), Protocol::Sctp, 31366)],
+    );
+    set(
+        "KUBE-EXTERNAL-IP",
+        SetKind::HashIpPort,
+        Family::V4,
+        vec![SetEntry::IpPort(ip("192.0.2.68"), Protocol::Tcp, 80)],
+    );
+    set(
+        "KUBE-LOAD-BALANCER-LOCAL",
+        SetKind::HashIpPort,
+        Family::V4,
+        vec![SetEntry::IpPort(ip("203.0.113.68"), Protocol::Tcp, 80)],
+    );
+    set(
+        "KUBE-6-NODE-PORT-TCP",
+        SetKind::BitmapPort,
+        Family::V6,
+        vec![SetEntry::Port(31364)],
+    );
+    let kube_proxys = [
+        key("192.168.1.10", Protocol::Tcp, 31364),
+        key("192.168.1.10", Protocol::Udp, 31365),
+        key("192.168.1.10", Protocol::Sctp, 31366),
+        key("192.0.2.68", Protocol::Tcp, 80),
+        key("203.0.113.68", Protocol::Tcp, 80),
+        key("fd00::10", Protocol::Tcp, 31364),
+    ];
+    let foreign = [
+        // Another port on the node's address, the same port in another protocol, another
+        // port on the external IP.
+        key("192.168.1.10", Protocol::Tcp, 8443),
+        key("192.168.1.10", Protocol::Sctp, 31364),
+        key("192.0.2.68", Protocol::Tcp, 443),
+    ];
+    for k in kube_proxys.iter().chain(&foreign) {
+        kernel.services.insert(*k, empty.clone());
+    }
+    let want = desired(&cluster(vec![], vec![]), &config(), &host()).state;
+    for ops in [
+        plan(&want, &kernel, &[]).ops,
+        super::plan::cleanup(&kernel, &[]).ops,
+    ] {
+        for k in &kube_proxys {
+            assert!(ops.contains(&Op::DelService(*k)), "{k} stays");
+        }
+        for k in &foreign {
+            assert!(!ops.contains(&Op::DelService(*k)), "{k} deleted");
+        }
+    }
+}
