@@ -193,8 +193,9 @@ impl Plan {
 
 /// True when the agent owns the observed virtual server `key`: it is recorded in the ownership
 /// set, its address is bound on `kube-ipvs0` (as kube-proxy binds cluster, external and
-/// load-balancer IPs), or kube-proxy's own sets name it ([`in_service_sets`]). The last two
-/// let the agent take over a node from kube-proxy, leftovers included.
+/// load-balancer IPs), or kube-proxy's own sets name it (node ports by `KUBE-NODE-PORT-*`,
+/// external and load-balancer IPs by `KUBE-EXTERNAL-IP*` and `KUBE-LOAD-BALANCER*`). The last
+/// two let the agent take over a node from kube-proxy, leftovers included.
 pub fn owns(observed: &KernelState, key: &VsKey) -> bool {
     let family = Family::of(&key.address);
     let claimed = observed
