@@ -48,9 +48,10 @@ pub struct Args {
     #[arg(long)]
     pub init_only: bool,
     /// How long a removed TCP real server may drain at weight 0 before it is deleted even
-    /// with connections left (kube-proxy has no bound); 0s deletes at once.
-    #[arg(long, default_value = "15m", value_parser = parse_duration)]
-    pub ipvs_graceful_termination_timeout: std::time::Duration,
+    /// with connections left (kube-proxy has no bound); 0s deletes at once. Default 15m; in
+    /// the config file, `ipvs.gracefulTerminationTimeout`.
+    #[arg(long, value_parser = parse_duration)]
+    pub ipvs_graceful_termination_timeout: Option<std::time::Duration>,
 
     /// Which proxy mode to use; only `ipvs` is implemented.
     #[arg(long)]
@@ -237,8 +238,7 @@ fn from_matches(
     let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
     let kube_proxy = loaded.config;
     let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
-    let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
-    proxy.graceful_termination_timeout = args.ipvs_graceful_termination_timeout;
+    let proxy = kube_proxy.to_proxy_config(&node_name)?;
     Ok(Settings {
         args: std::sync::Arc::new(args),
         kube_proxy,

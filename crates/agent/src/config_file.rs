@@ -254,6 +254,12 @@ pub struct Ipvs {
     /// IPVS UDP timeout (0 leaves it).
     #[serde(deserialize_with = "nullable")]
     pub udp_timeout: GoDuration,
+    /// The agent's own field (not kube-proxy's, which warns about it and goes on): the
+    /// longest a removed TCP real server drains at weight 0 (`--ipvs-graceful-termination-timeout`;
+    /// unset: 15 minutes). Written back only when set, so the effective configuration of a
+    /// kube-proxy file stays kube-proxy's.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub graceful_termination_timeout: Option<GoDuration>,
 }
 
 /// `nftables` (nftables mode only).
@@ -1138,6 +1144,16 @@ impl KubeProxyConfiguration {
         if !errs.is_empty() {
             return Err(Error::invalid(errs));
         }
+        let graceful_termination_timeout = match self.ipvs.graceful_termination_timeout {
+            None => crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
+            Some(d) if d.is_negative() => {
+                return Err(Error::invalid(vec![FieldError::new(
+                    "ipvs.gracefulTerminationTimeout",
+                    format!("{d} must not be negative"),
+                )]));
+            }
+            Some(d) => d.to_std(),
+        };
         Ok(ProxyConfig {
             node_name: node_name.to_string(),
             scheduler: if self.ipvs.scheduler.is_empty() {
@@ -1157,8 +1173,7 @@ impl KubeProxyConfiguration {
             // The kernel edge keeps those the host can serve (dataplane::families).
             families: vec![Family::V4, Family::V6],
             // Not configurable yet: the defaults.
-            graceful_termination_timeout:
-                crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
+            graceful_termination_timeout,
             prefer_same_node: true,
             // A fact of the host, read at start.
             kernel_version: None,
@@ -1412,6 +1427,12 @@ pub const FIELDS: &[Field] = &[
         Some("ipvs-exclude-cidrs"),
         Used,
         "virtual servers never deleted",
+    ),
+    field(
+        "ipvs.gracefulTerminationTimeout",
+        Some("ipvs-graceful-termination-timeout"),
+        Used,
+        "the agent's own: bound of a removed real server's drain (kube-proxy warns, ignores it)",
     ),
     field(
         "ipvs.strictARP",

@@ -160,6 +160,9 @@ impl KubeProxyConfiguration {
             "ipvs-tcp-timeout" => self.ipvs.tcp_timeout = dur(v)?,
             "ipvs-tcpfin-timeout" => self.ipvs.tcp_fin_timeout = dur(v)?,
             "ipvs-udp-timeout" => self.ipvs.udp_timeout = dur(v)?,
+            "ipvs-graceful-termination-timeout" => {
+                self.ipvs.graceful_termination_timeout = Some(dur(v)?)
+            }
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
             "iptables-sync-period" => self.iptables.sync_period = dur(v)?,

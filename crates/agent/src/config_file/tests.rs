@@ -584,6 +584,7 @@ fn the_field_table_covers_every_field_once() {
     full.logging.options.json.split_stream = true;
     full.logging.options.text.split_stream = true;
     full.logging.vmodule.push(VModule::default());
+    full.ipvs.graceful_termination_timeout = Some(GoDuration::from_secs(60));
     let mut paths = BTreeSet::new();
     leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
     paths.remove("featureGates.X");
@@ -883,4 +884,50 @@ fn conntrack_sysctls_are_kube_proxys() {
             ),
         ]
     );
+}
+
+#[test]
+fn the_graceful_termination_bound_is_read_from_the_file_and_a_flag_overrides_it() {
+    use crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT;
+    let bound = |text: &str, flags: FlagOverrides| {
+        let (mut c, _) =
+            KubeProxyConfiguration::from_text(&format!("{HEAD}{text}"), Decoding::Strict)?;
+        c.apply_flags(&flags, true)?;
+        c.to_proxy_config("node-a")
+            .map(|p| p.graceful_termination_timeout)
+    };
+    assert_eq!(
+        bound("mode: ipvs\n", FlagOverrides::new()).unwrap(),
+        DEFAULT_GRACEFUL_TERMINATION_TIMEOUT
+    );
+    assert_eq!(
+        bound(
+            "mode: ipvs\nipvs:\n  gracefulTerminationTimeout: 2m\n",
+            FlagOverrides::new()
+        )
+        .unwrap(),
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        bound(
+            "mode: ipvs\nipvs:\n  gracefulTerminationTimeout: 2m\n",
+            FlagOverrides::new().with("ipvs-graceful-termination-timeout", "0s")
+        )
+        .unwrap(),
+        Duration::ZERO
+    );
+    let err = bound(
+        "mode: ipvs\nipvs:\n  gracefulTerminationTimeout: -1s\n",
+        FlagOverrides::new(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("ipvs.gracefulTerminationTimeout"),
+        "{err}"
+    );
+    // Unset, the effective configuration written back is kube-proxy's own.
+    let (c, _) =
+        KubeProxyConfiguration::from_text(&format!("{HEAD}mode: ipvs\n"), Decoding::Strict)
+            .unwrap();
+    assert!(!c.to_yaml().unwrap().contains("gracefulTerminationTimeout"));
 }
