@@ -210,6 +210,7 @@ fn cluster(n: usize) -> Cluster {
                     port: target,
                 }],
                 endpoints,
+                trigger_time: None,
             },
         );
         c.services.insert(id, service);

@@ -17,6 +17,8 @@ use crate::health::http::{self, Request, Response};
 use crate::model::cluster::Family;
 use crate::model::plan::{Op, Plan};
 
+mod process;
+
 /// kube-proxy's `sync_proxy_rules_duration_seconds` buckets: 1 ms doubling to about 16 s.
 pub fn sync_buckets() -> Vec<f64> {
     (0..15).map(|i| 0.001 * f64::from(1u32 << i)).collect()
@@ -241,8 +243,20 @@ impl Metrics {
         for h in s.sync_duration.values_mut() {
             h.observe(secs);
         }
+        // Failure counters start at 0 for what was tried, as kube-proxy's do, so a dashboard's
+        // rate() has a series before the first failure.
         for (kind, n) in &obs.ops {
             *s.operations.entry(kind).or_default() += n;
+            s.operation_failures.entry(kind).or_default();
+        }
+        let families = s.families.clone();
+        for f in families {
+            s.restore_failures.entry(f).or_default();
+        }
+        if full {
+            for kind in crate::sync::DRIFT_KINDS {
+                s.drift_repaired.entry(kind).or_default();
+            }
         }
         for (kind, n) in &obs.failed {
             *s.operation_failures.entry(kind).or_default() += n;
@@ -334,7 +348,8 @@ impl Metrics {
         self.lock().draining = n;
     }
 
-    /// Entries in the IPVS connection table.
+    /// Connections IPVS tracks to the agent's real servers (active and inactive), as the
+    /// last full read of the kernel found them.
     pub fn ipvs_connections(&self, n: u64) {
         self.lock().connections = Some(n);
     }
@@ -533,7 +548,12 @@ impl Metrics {
         sample(&mut out, h, &[], s.draining as f64);
         if let Some(n) = s.connections {
             let h = "kube_proxy_ipvs_connections";
-            header(&mut out, h, "gauge", "Entries in the IPVS connection table");
+            header(
+                &mut out,
+                h,
+                "gauge",
+                "Connections IPVS tracks to the agent's real servers (active and inactive) at the last full read of the kernel",
+            );
             sample(&mut out, h, &[], n as f64);
         }
         let h = "kube_proxy_ipvs_ipset_entries";
@@ -541,8 +561,55 @@ impl Metrics {
         for (set, v) in &s.ipset_entries {
             sample(&mut out, h, &[("set", set.clone())], *v as f64);
         }
+        drop(s);
+        render_process(&mut out);
         out
     }
+}
+
+/// The process metrics and the build information.
+fn render_process(out: &mut String) {
+    let p = process::Process::read();
+    let h = "process_cpu_seconds_total";
+    header(
+        out,
+        h,
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+    );
+    sample(out, h, &[], p.cpu_seconds);
+    let h = "process_resident_memory_bytes";
+    header(out, h, "gauge", "Resident memory size in bytes.");
+    sample(out, h, &[], p.resident_bytes as f64);
+    let h = "process_virtual_memory_bytes";
+    header(out, h, "gauge", "Virtual memory size in bytes.");
+    sample(out, h, &[], p.virtual_bytes as f64);
+    let h = "process_open_fds";
+    header(out, h, "gauge", "Number of open file descriptors.");
+    sample(out, h, &[], p.open_fds as f64);
+    if let Some(max) = p.max_fds {
+        let h = "process_max_fds";
+        header(out, h, "gauge", "Maximum number of open file descriptors.");
+        sample(out, h, &[], max as f64);
+    }
+    if let Some(start) = p.start_time_seconds {
+        let h = "process_start_time_seconds";
+        header(
+            out,
+            h,
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+        );
+        sample(out, h, &[], start);
+    }
+    let h = "kubernetes_build_info";
+    header(
+        out,
+        h,
+        "gauge",
+        "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, compiler and platform from which the agent was built.",
+    );
+    sample(out, h, &process::build_labels(), 1.0);
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {

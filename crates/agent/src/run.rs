@@ -327,6 +327,17 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             metrics.ipset_entries(report.set_sizes.iter().cloned());
             metrics.observe_sync(&obs, report.full);
             metrics.destinations_draining(report.draining as u64);
+            let now = SystemTime::now();
+            for (family, triggered) in &report.programmed {
+                // A trigger time ahead of this clock (skew) counts as no delay.
+                metrics.network_programming(
+                    *family,
+                    now.duration_since(*triggered).unwrap_or_default(),
+                );
+            }
+            if let Some(n) = report.ipvs_connections {
+                metrics.ipvs_connections(n);
+            }
             for c in &report.conntrack {
                 metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
             }
@@ -547,6 +558,7 @@ mod tests {
                 port,
             }],
             endpoints: vec![],
+            trigger_time: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //! sooner than the period.
 
 mod failures;
+mod programming;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -76,6 +77,12 @@ pub struct Report {
     pub set_sizes: Vec<(String, u64)>,
     /// Per family, `(internal, external)` Local-policy Service ports without local endpoints.
     pub no_local_endpoints: BTreeMap<crate::model::cluster::Family, (u64, u64)>,
+    /// The EndpointSlice changes this sync put in the kernel, by family, with their trigger
+    /// times (`kubeproxy_network_programming_duration_seconds`).
+    pub programmed: Vec<(crate::model::cluster::Family, std::time::SystemTime)>,
+    /// On a full sync, the connections IPVS tracks to the agent's real servers (active and
+    /// inactive), from the kernel just read (`kube_proxy_ipvs_connections`).
+    pub ipvs_connections: Option<u64>,
 }
 
 /// The kinds of kernel object whose drift is counted, as the `kind` label of
@@ -281,6 +288,8 @@ pub struct Syncer<D> {
     /// Whether the last sync applied its whole plan: after a failure, what a sync changes
     /// is a retry, not drift.
     settled: bool,
+    /// The EndpointSlice changes already counted as programmed.
+    triggers: programming::TriggerTimes,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -295,6 +304,7 @@ impl<D: Dataplane> Syncer<D> {
             conntrack: None,
             last_desired: None,
             settled: false,
+            triggers: programming::TriggerTimes::new(std::time::SystemTime::now()),
         }
     }
 
@@ -337,6 +347,17 @@ impl<D: Dataplane> Syncer<D> {
         };
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
+        // Read only with the kernel (counts are cleared from the shadow after each sync).
+        let ipvs_connections = full.then(|| {
+            shadow
+                .state
+                .services
+                .iter()
+                .filter(|(key, _)| want.state.services.contains_key(key))
+                .flat_map(|(_, vs)| vs.connections.values())
+                .map(|c| u64::from(c.active) + u64::from(c.inactive))
+                .sum()
+        });
         let conntrack = conntrack_filter(cluster, &self.config, &shadow.host);
         let timeout = self.config.graceful_termination_timeout;
         let drained_before: BTreeSet<DestinationKey> = self.draining.keys().copied().collect();
@@ -366,6 +387,13 @@ impl<D: Dataplane> Syncer<D> {
             self.dataplane.apply(&p).await?
         };
         self.settled = applied.failed.is_empty();
+        // Slice changes count as programmed once a plan went in whole; after a failure they
+        // wait for the retry that succeeds.
+        let programmed = if self.settled {
+            self.triggers.programmed(cluster)
+        } else {
+            Vec::new()
+        };
         if applied.failed.is_empty() {
             for op in &p.ops {
                 // The plan was made against the shadow, so replaying it cannot fail.
@@ -424,6 +452,8 @@ impl<D: Dataplane> Syncer<D> {
                 })
                 .unwrap_or_default(),
             no_local_endpoints,
+            programmed,
+            ipvs_connections,
         })
     }
 

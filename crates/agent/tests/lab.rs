@@ -505,6 +505,163 @@ fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
     let _ = agent.wait();
 }
 
+/// Every metric family on `/metrics` gets samples once what it measures has happened, and
+/// those this test makes happen are above zero: a metric registered but never recorded (the
+/// network-programming latency and the IPVS connections gauge were) fails here.
+#[test]
+fn every_metric_is_fed_when_what_it_measures_happens() {
+    let node = Node::new("metrics", 1);
+    let objects = |trigger: Option<&str>, dns_endpoints: &[(usize, &str)]| {
+        let mut web = service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]);
+        if let Some(t) = trigger {
+            web = web.replace(
+                "metadata: {name: web-x, namespace: t, labels:",
+                &format!(
+                    "metadata: {{name: web-x, namespace: t, annotations: \
+                     {{endpoints.kubernetes.io/last-change-trigger-time: '{t}'}}, labels:"
+                ),
+            );
+        }
+        [
+            web,
+            service("dns", "10.96.0.53", "", "UDP", 53, 5353, dns_endpoints),
+            // Endpoints on another node only: a Local Service without local endpoints.
+            service(
+                "local",
+                "10.96.0.60",
+                "  type: NodePort\n  externalTrafficPolicy: Local\n",
+                "TCP",
+                80,
+                8080,
+                &[(0, "node-b")],
+            ),
+        ]
+        .join("\n---\n")
+    };
+    node.write("svc.yaml", &objects(None, &[(0, "node-a")]));
+    let mut agent = node.spawn(&[
+        "--healthz-bind-address",
+        "127.0.0.1:10256",
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+        "--ipvs-sync-period",
+        "2s",
+    ]);
+    let start = Instant::now();
+    while !(try_sh("ipvsadm -Sn | grep -q 10.96.0.10").0
+        && try_http_get("127.0.0.1:10256", "/healthz").is_ok())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the agent did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Health probes, a connection IPVS tracks, an EndpointSlice change stamped with its
+    // trigger time (after the agent's start), a UDP endpoint removed (a conntrack pass), a
+    // virtual server deleted behind the agent's back (drift).
+    http_get("127.0.0.1:10256", "/healthz");
+    http_get("127.0.0.1:10256", "/livez");
+    assert_eq!(
+        node.ask_from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
+    let now = sh("date -u +%Y-%m-%dT%H:%M:%S.%6NZ");
+    node.write("svc.yaml", &objects(Some(now.trim()), &[]));
+    sh("ipvsadm -D -t 10.96.0.60:80");
+    let provoked = [
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "kubeproxy_network_programming_duration_seconds",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "kubeproxy_proxy_healthz_total",
+        "kubeproxy_proxy_livez_total",
+        "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+        "kube_proxy_ipvs_operations_total",
+        "kube_proxy_ipvs_syncs_total",
+        "kube_proxy_ipvs_drift_repaired_total",
+        "kube_proxy_ipvs_connections",
+        "kube_proxy_ipvs_ipset_entries",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_start_time_seconds",
+        "kubernetes_build_info",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let (families, unfed) = loop {
+        let (code, text) = http_get("127.0.0.1:10249", "/metrics");
+        assert_eq!(code, 200);
+        let families = metric_families(&text);
+        let unfed: Vec<String> = families
+            .iter()
+            .filter(|(_, values)| values.is_empty())
+            .map(|(name, _)| format!("{name}: no sample"))
+            .chain(
+                provoked
+                    .iter()
+                    .filter_map(|name| match families.get(*name) {
+                        None => Some(format!("{name}: not exposed")),
+                        Some(v) if !v.iter().any(|x| *x > 0.0) => {
+                            Some(format!("{name}: only zeros"))
+                        }
+                        Some(_) => None,
+                    }),
+            )
+            .collect();
+        if unfed.is_empty() || Instant::now() > deadline {
+            break (families, unfed);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(
+        unfed.is_empty(),
+        "metrics never fed after 40 s: {unfed:#?}\n(families: {:?})",
+        families.keys().collect::<Vec<_>>()
+    );
+}
+
+/// The metric families of an exposition (`# TYPE` lines) with their samples' values
+/// (a histogram's `_count`s only).
+fn metric_families(text: &str) -> std::collections::BTreeMap<String, Vec<f64>> {
+    let mut families: std::collections::BTreeMap<String, (String, Vec<f64>)> =
+        std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            if let (Some(name), Some(kind)) = (words.next(), words.next()) {
+                families.insert(name.to_string(), (kind.to_string(), Vec::new()));
+            }
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        let family = families
+            .get(name)
+            .map(|_| name)
+            .or_else(|| name.strip_suffix("_count"))
+            .or_else(|| name.strip_suffix("_bucket"))
+            .or_else(|| name.strip_suffix("_sum"));
+        if let Some((kind, values)) = family.and_then(|f| families.get_mut(f)) {
+            let counted = kind != "histogram" || name.ends_with("_count");
+            if counted {
+                values.push(value);
+            }
+        }
+    }
+    families.into_iter().map(|(k, (_, v))| (k, v)).collect()
+}
+
 #[test]
 fn a_dual_stack_service_answers_on_both_families() {
     let node = Node::new("dual", 1);

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1 as core;
@@ -30,6 +30,8 @@ pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 /// Names the Service an EndpointSlice belongs to.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The annotation the EndpointSlice controller sets to the time of the change it carries.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// The namespace of an object whose manifest names none, as `kubectl apply` would use.
 pub const DEFAULT_NAMESPACE: &str = "default";
 /// The `sessionAffinityConfig.clientIP.timeoutSeconds` the API server fills in (3 hours).
@@ -930,7 +932,18 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
         family,
         ports: ports.into_iter().map(|(_, p)| p).collect(),
         endpoints,
+        trigger_time: trigger_time(meta),
     }))
+}
+
+/// The slice's `endpoints.kubernetes.io/last-change-trigger-time` (RFC 3339). A malformed
+/// one is ignored, as kube-proxy ignores it: it only feeds a metric.
+fn trigger_time(meta: &ObjectMeta) -> Option<SystemTime> {
+    let text = meta.annotations.as_ref()?.get(TRIGGER_TIME_ANNOTATION)?;
+    text.trim()
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(SystemTime::from)
 }
 
 /// Converts a Node: its `InternalIP` addresses first, then its `ExternalIP` ones (other

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ipnet::IpNet;
 
@@ -196,6 +196,9 @@ pub struct EndpointSlice {
     pub ports: Vec<EndpointPort>,
     /// Its endpoints.
     pub endpoints: Vec<Endpoint>,
+    /// `endpoints.kubernetes.io/last-change-trigger-time`: when the change this version of
+    /// the slice carries was triggered (the start of the network-programming latency).
+    pub trigger_time: Option<SystemTime>,
 }
 
 /// The agent's own Node.

@@ -91,6 +91,7 @@ pub fn eps(name: &str, port_name: &str, protocol: Protocol, port: u16) -> Eps {
             port,
         }],
         endpoints: vec![],
+        trigger_time: None,
     })
 }
 

@@ -565,8 +565,32 @@ fn endpoint_slice_defaults() {
                 zone_hints: vec![],
                 node_hints: vec![],
             }],
+            trigger_time: None,
         }
     );
+}
+
+#[test]
+fn the_last_change_trigger_time_is_read_and_a_malformed_one_ignored() {
+    let with = |value: &str| {
+        ok_slice(&format!(
+            "metadata:\n  name: web-abc\n  namespace: shop\n  labels: {{kubernetes.io/service-name: web}}\n  \
+             annotations: {{endpoints.kubernetes.io/last-change-trigger-time: '{value}'}}\n\
+             addressType: IPv4\nports: [{{port: 8080}}]\nendpoints: []\n"
+        ))
+        .trigger_time
+    };
+    let t = with("2026-11-25T06:30:00.250Z").expect("a time");
+    assert_eq!(
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis(),
+        1_795_588_200_250
+    );
+    assert_eq!(
+        with("2026-11-25T07:30:00+01:00"),
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_588_200))
+    );
+    // kube-proxy logs and ignores one it cannot parse: the slice still counts.
+    assert_eq!(with("yesterday"), None);
 }
 
 #[test]
