@@ -12,6 +12,8 @@
 pub mod http;
 
 use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,6 +22,8 @@ use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
 use crate::model::cluster::{Family, ServiceRef};
+use crate::model::desired::HealthCheckAddresses;
+use crate::model::endpoints::HealthCheck;
 use http::{Request, Response};
 
 /// The taint the cluster autoscaler puts on a node it is about to delete.
@@ -343,9 +347,6 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-/// One Service health-check port to serve: the port, its Service, its local ready endpoints.
-pub type ServiceHealthCheck = (u16, ServiceRef, usize);
-
 struct Listener {
     tasks: Vec<JoinHandle<()>>,
 }
@@ -358,20 +359,23 @@ impl Drop for Listener {
     }
 }
 
+/// Per family and port, the Service and its local endpoint count.
+type PortTable = BTreeMap<(Family, u16), (ServiceRef, usize)>;
+
 /// The per-Service health-check servers (`spec.healthCheckNodePort` of
-/// `externalTrafficPolicy: Local` load balancers), opened and closed incrementally.
+/// `externalTrafficPolicy: Local` load balancers), one per port and family as kube-proxy
+/// runs one server per family, opened and closed incrementally.
 pub struct ServiceHealthServers {
-    addresses: Vec<IpAddr>,
+    addresses: HealthCheckAddresses,
     health: Health,
     /// What each port answers for; read by the listeners on every request.
-    table: Arc<Mutex<BTreeMap<u16, (ServiceRef, usize)>>>,
-    listeners: BTreeMap<u16, Listener>,
+    table: Arc<Mutex<PortTable>>,
+    listeners: BTreeMap<(Family, u16), Listener>,
 }
 
 impl ServiceHealthServers {
-    /// Servers bound on each of `addresses` (the node addresses of `nodePortAddresses`), or
-    /// on every address when it is empty; `serviceProxyHealthy` comes from `health`.
-    pub fn new(addresses: Vec<IpAddr>, health: Health) -> Self {
+    /// Servers bound on `addresses`; `serviceProxyHealthy` comes from `health`.
+    pub fn new(addresses: HealthCheckAddresses, health: Health) -> Self {
         Self {
             addresses,
             health,
@@ -380,8 +384,17 @@ impl ServiceHealthServers {
         }
     }
 
-    /// The ports listened on.
-    pub fn ports(&self) -> Vec<u16> {
+    /// Moves the servers to `addresses`: when they differ, every listener closes and the
+    /// next [`sync`](Self::sync) opens them where they now belong.
+    pub fn set_addresses(&mut self, addresses: HealthCheckAddresses) {
+        if addresses != self.addresses {
+            self.listeners.clear();
+            self.addresses = addresses;
+        }
+    }
+
+    /// The ports listened on, by family.
+    pub fn ports(&self) -> Vec<(Family, u16)> {
         self.listeners.keys().copied().collect()
     }
 
@@ -389,55 +402,48 @@ impl ServiceHealthServers {
     /// the Service and endpoint count of the rest in place. Returns the ports that could not
     /// be bound, each with its error (kube-proxy records a `FailedToStartServiceHealthcheck`
     /// event); they are tried again at the next call.
-    pub async fn sync(
-        &mut self,
-        wanted: &[ServiceHealthCheck],
-    ) -> Vec<(u16, ServiceRef, std::io::Error)> {
+    pub fn sync(&mut self, wanted: &[HealthCheck]) -> Vec<(HealthCheck, std::io::Error)> {
         {
             let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
             table.clear();
-            for (port, svc, n) in wanted {
-                table.insert(*port, (svc.clone(), *n));
+            for h in wanted {
+                table.insert((h.family, h.port), (h.service.clone(), h.local_endpoints));
             }
         }
         self.listeners
-            .retain(|port, _| wanted.iter().any(|(p, _, _)| p == port));
+            .retain(|key, _| wanted.iter().any(|h| (h.family, h.port) == *key));
         let mut failed = Vec::new();
-        for (port, svc, _) in wanted {
-            if self.listeners.contains_key(port) {
+        for h in wanted {
+            let key = (h.family, h.port);
+            if self.listeners.contains_key(&key) {
                 continue;
             }
-            match self.open(*port).await {
+            match self.open(h.family, h.port) {
                 Ok(l) => {
-                    self.listeners.insert(*port, l);
+                    self.listeners.insert(key, l);
                 }
-                Err(e) => failed.push((*port, svc.clone(), e)),
+                Err(e) => failed.push((h.clone(), e)),
             }
         }
         failed
     }
 
-    async fn open(&self, port: u16) -> std::io::Result<Listener> {
-        let addrs: Vec<SocketAddr> = if self.addresses.is_empty() {
-            vec![SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port)]
-        } else {
-            self.addresses
-                .iter()
-                .map(|ip| SocketAddr::new(*ip, port))
-                .collect()
+    fn open(&self, family: Family, port: u16) -> std::io::Result<Listener> {
+        let addrs: Vec<SocketAddr> = match self.addresses.get(&family).cloned().flatten() {
+            Some(ips) => ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect(),
+            None => {
+                let any = match family {
+                    Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                };
+                vec![SocketAddr::new(any, port)]
+            }
         };
-        let mut listeners = Vec::new();
-        for addr in addrs {
-            let l = match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => l,
-                // A node without IPv6: all IPv4 addresses instead of the dual-stack wildcard.
-                Err(_) if self.addresses.is_empty() => {
-                    tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await?
-                }
-                Err(e) => return Err(e),
-            };
-            listeners.push(l);
-        }
+        // All or nothing, as kube-proxy: a port half bound is closed again.
+        let listeners = addrs
+            .into_iter()
+            .map(listen)
+            .collect::<std::io::Result<Vec<_>>>()?;
         let tasks = listeners
             .into_iter()
             .map(|l| {
@@ -447,7 +453,7 @@ impl ServiceHealthServers {
                     let entry = table
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .get(&port)
+                        .get(&(family, port))
                         .cloned();
                     match entry {
                         Some((svc, n)) => service_response(&svc, n, health.is_healthy()),
@@ -459,6 +465,21 @@ impl ServiceHealthServers {
             .collect();
         Ok(Listener { tasks })
     }
+}
+
+/// A listening socket on `addr`, of its family only (`IPV6_V6ONLY` on IPv6, as Go's `tcp6`
+/// listeners, so the IPv4 and IPv6 servers of one port can coexist).
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    tokio::net::TcpListener::from_std(socket.into())
 }
 
 #[cfg(test)]
@@ -734,22 +755,38 @@ mod tests {
         server.abort();
     }
 
+    fn check(family: Family, port: u16, service: &ServiceRef, n: usize) -> HealthCheck {
+        HealthCheck {
+            family,
+            port,
+            service: service.clone(),
+            local_endpoints: n,
+        }
+    }
+
+    async fn free_port() -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    fn loopback_v4() -> HealthCheckAddresses {
+        BTreeMap::from([(
+            Family::V4,
+            Some(BTreeSet::from(["127.0.0.1".parse().unwrap()])),
+        )])
+    }
+
     #[tokio::test]
     async fn service_listeners_open_and_close_incrementally() {
         let health = Health::new(&[Family::V4], Duration::from_secs(60));
-        let mut servers = ServiceHealthServers::new(vec!["127.0.0.1".parse().unwrap()], health);
-        // Two free ports.
-        let free = || async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let (p1, p2) = (free().await, free().await);
+        let mut servers = ServiceHealthServers::new(loopback_v4(), health);
+        let (p1, p2) = (free_port().await, free_port().await);
         let web = ServiceRef::new("default", "web");
         let api = ServiceRef::new("prod", "api");
+        let v4 = Family::V4;
         assert!(
             servers
-                .sync(&[(p1, web.clone(), 1), (p2, api.clone(), 0)])
-                .await
+                .sync(&[check(v4, p1, &web, 1), check(v4, p2, &api, 0)])
                 .is_empty()
         );
         assert_eq!(servers.ports().len(), 2);
@@ -759,8 +796,8 @@ mod tests {
         assert!(body.contains("\"name\": \"web\""));
         assert_eq!(http::get(at(p2), "/").await.unwrap().0, 503);
         // Endpoints change in place; p2 closes.
-        assert!(servers.sync(&[(p1, web.clone(), 0)]).await.is_empty());
-        assert_eq!(servers.ports(), vec![p1]);
+        assert!(servers.sync(&[check(v4, p1, &web, 0)]).is_empty());
+        assert_eq!(servers.ports(), vec![(v4, p1)]);
         let (code, _, body) = http::get(at(p1), "/").await.unwrap();
         assert_eq!(code, 503);
         assert!(body.contains("\"localEndpoints\": 0"));
@@ -772,9 +809,32 @@ mod tests {
         // A port another process holds is reported, not fatal.
         let holder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let taken = holder.local_addr().unwrap().port();
-        let failed = servers.sync(&[(p1, web, 1), (taken, api, 1)]).await;
+        let failed = servers.sync(&[check(v4, p1, &web, 1), check(v4, taken, &api, 1)]);
         assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].0, taken);
-        assert_eq!(servers.ports(), vec![p1]);
+        assert_eq!(failed[0].0.port, taken);
+        assert_eq!(servers.ports(), vec![(v4, p1)]);
+    }
+
+    #[tokio::test]
+    async fn listeners_bind_only_the_addresses_given_and_move_with_them() {
+        let health = Health::new(&[Family::V4], Duration::from_secs(60));
+        let port = free_port().await;
+        let web = ServiceRef::new("default", "web");
+        let wanted = [check(Family::V4, port, &web, 1)];
+        // Bound on 127.0.0.1 only: 127.0.0.2 (also loopback) gets no answer.
+        let mut servers = ServiceHealthServers::new(loopback_v4(), health);
+        assert!(servers.sync(&wanted).is_empty());
+        let at = |a: [u8; 4]| SocketAddr::from((a, port));
+        assert_eq!(http::get(at([127, 0, 0, 1]), "/").await.unwrap().0, 200);
+        assert!(http::get(at([127, 0, 0, 2]), "/").await.is_err());
+        // No address matching: nothing listens, and that is no failure.
+        servers.set_addresses(BTreeMap::from([(Family::V4, Some(BTreeSet::new()))]));
+        assert!(servers.sync(&wanted).is_empty());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(http::get(at([127, 0, 0, 1]), "/").await.is_err());
+        // Every IPv4 address.
+        servers.set_addresses(BTreeMap::new());
+        assert!(servers.sync(&wanted).is_empty());
+        assert_eq!(http::get(at([127, 0, 0, 2]), "/").await.unwrap().0, 200);
     }
 }

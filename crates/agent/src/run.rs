@@ -93,6 +93,8 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
 
     // The source: manifests, or the API server (which also tells the Node's lifecycle).
     let mut lifecycle: Option<watch::Receiver<api::NodeLifecycle>> = None;
+    // Where events go: the API server, when it is the source.
+    let mut events: Option<kube::Client> = None;
     let mut snapshots = match &args.manifests {
         Some(path) => manifest_source(path.clone(), settings.node_name.clone())?,
         None => {
@@ -111,8 +113,9 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
                 .await
                 .context("cannot build the API client")?;
             if !args.dry_run && !args.once {
-                let (c, node) = (client.clone(), settings.node_name.clone());
-                tokio::spawn(async move { crate::k8s::events::node_starting(c, &node).await });
+                let event = crate::k8s::events::node_starting(&settings.node_name);
+                tokio::spawn(crate::k8s::events::record(client.clone(), event));
+                events = Some(client.clone());
             }
             let (tx, rx) = watch::channel(None);
             let (life_tx, life_rx) = watch::channel(api::NodeLifecycle::default());
@@ -234,23 +237,61 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         });
     }
     // Health-check node ports of externalTrafficPolicy=Local load balancers follow the
-    // snapshots.
+    // snapshots, on the addresses each sync finds for them (none before the first).
+    let (hc_addresses, mut hc_changes) = watch::channel(None);
     {
         let mut changes = snapshots.clone();
-        let mut servers = crate::health::ServiceHealthServers::new(Vec::new(), health.clone());
-        let node = settings.node_name.clone();
+        let mut servers =
+            crate::health::ServiceHealthServers::new(Default::default(), health.clone());
+        let (node, families) = (settings.node_name.clone(), config.families.clone());
+        let events = events.clone();
+        let retry_period = kp.sync_period().max(Duration::from_secs(1));
         tokio::spawn(async move {
+            // Ports already reported, so a port that stays unbindable is one event, not one
+            // per change.
+            let mut reported = std::collections::BTreeSet::new();
             loop {
-                let wanted = changes
-                    .borrow_and_update()
-                    .as_ref()
-                    .map(|c| crate::model::endpoints::health_checks(c, &node))
-                    .unwrap_or_default();
-                for (port, service, e) in servers.sync(&wanted).await {
-                    warn!(port, service = %service, error = %e, "FailedToStartServiceHealthcheck");
+                let addresses = hc_changes.borrow_and_update().clone();
+                if let Some(addresses) = addresses {
+                    servers.set_addresses(addresses);
+                    let wanted = changes
+                        .borrow_and_update()
+                        .as_ref()
+                        .map(|c| crate::model::endpoints::health_checks(c, &node, &families))
+                        .unwrap_or_default();
+                    let mut failing = std::collections::BTreeSet::new();
+                    for (check, e) in servers.sync(&wanted) {
+                        let key = (check.family, check.port, check.service.clone());
+                        failing.insert(key.clone());
+                        if reported.contains(&key) {
+                            continue;
+                        }
+                        warn!(port = check.port, family = ?check.family, service = %check.service, error = %e, "FailedToStartServiceHealthcheck");
+                        if let Some(client) = &events {
+                            let event = crate::k8s::events::health_check_failed(
+                                &node,
+                                &check.service,
+                                check.port,
+                                &e.to_string(),
+                            );
+                            tokio::spawn(crate::k8s::events::record(client.clone(), event));
+                        }
+                    }
+                    reported = failing;
                 }
-                if changes.changed().await.is_err() {
-                    break;
+                // A port that failed is tried again at the sync period, as kube-proxy's syncs
+                // retry it, even when nothing changes.
+                let retry = async {
+                    if reported.is_empty() {
+                        std::future::pending().await
+                    } else {
+                        tokio::time::sleep(retry_period).await
+                    }
+                };
+                tokio::select! {
+                    r = changes.changed() => if r.is_err() { break },
+                    r = hc_changes.changed() => if r.is_err() { break },
+                    () = retry => {}
                 }
             }
         });
@@ -338,6 +379,14 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             if let Some(n) = report.ipvs_connections {
                 metrics.ipvs_connections(n);
             }
+            hc_addresses.send_if_modified(|a| {
+                let new = Some(&report.health_check_addresses);
+                let changed = a.as_ref() != new;
+                if changed {
+                    *a = new.cloned();
+                }
+                changed
+            });
             for c in &report.conntrack {
                 metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
             }

@@ -83,6 +83,8 @@ pub struct Report {
     /// On a full sync, the connections IPVS tracks to the agent's real servers (active and
     /// inactive), from the kernel just read (`kube_proxy_ipvs_connections`).
     pub ipvs_connections: Option<u64>,
+    /// Where the health-check node ports belong, from the host's addresses as last read.
+    pub health_check_addresses: crate::model::desired::HealthCheckAddresses,
 }
 
 /// The kinds of kernel object whose drift is counted, as the `kind` label of
@@ -347,6 +349,8 @@ impl<D: Dataplane> Syncer<D> {
         };
         let shadow = self.shadow.as_mut().expect("observed above");
         let want = desired(cluster, &self.config, &shadow.host);
+        let health_check_addresses =
+            crate::model::desired::health_check_addresses(cluster, &self.config, &shadow.host);
         // Read only with the kernel (counts are cleared from the shadow after each sync).
         let ipvs_connections = full.then(|| {
             shadow
@@ -454,6 +458,7 @@ impl<D: Dataplane> Syncer<D> {
             no_local_endpoints,
             programmed,
             ipvs_connections,
+            health_check_addresses,
         })
     }
 

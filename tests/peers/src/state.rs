@@ -24,6 +24,9 @@ pub const READERS: &[(&str, &str)] = &[
         "ip -d link show kube-ipvs0 2>/dev/null | head -3; ip -o addr show dev kube-ipvs0 2>/dev/null",
     ),
     ("sysctl", SYSCTLS),
+    // Local address and port of every listening TCP socket; only the node-port range is
+    // kept (the health-check node ports), the programs' own servers are set by flags.
+    ("health-check-listeners", "ss -Hltn"),
 ];
 
 /// The sysctls either program may set, printed as `name = value` (absent ones skipped).
@@ -73,6 +76,7 @@ pub fn normalise(section: &str, raw: &str) -> Vec<String> {
         "ipset" => ipset(raw),
         s if s.contains("tables") => iptables(raw),
         "kube-ipvs0" => link(raw),
+        "health-check-listeners" => listeners(raw),
         _ => raw
             .lines()
             .map(str::trim_end)
@@ -230,6 +234,25 @@ fn link(raw: &str) -> Vec<String> {
     out
 }
 
+/// `ss -Hltn`'s local `address:port` column (the fourth): sockets on node-port range ports
+/// (30000 to 32767), sorted. `ss` writes an IPv6-only wildcard as `[::]` and a dual-stack one as `*`,
+/// so the two stay apart.
+fn listeners(raw: &str) -> Vec<String> {
+    let mut out: Vec<String> = raw
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .filter(|l| {
+            l.rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_some_and(|p| (30000..=32767).contains(&p))
+        })
+        .map(String::from)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +266,19 @@ mod tests {
         assert!(s["ipset"].is_empty());
         assert_eq!(s.len(), READERS.len());
         assert!(script().contains("@@peers-section kube-ipvs0"));
+    }
+
+    #[test]
+    fn listeners_keep_node_port_range_sockets_sorted() {
+        let raw = "LISTEN 0 4096 0.0.0.0:10256 0.0.0.0:*\n\
+                   LISTEN 0 4096 [::]:32054 [::]:*\n\
+                   LISTEN 0 4096 192.168.50.10:32054 0.0.0.0:*\n\
+                   LISTEN 0 1024 *:31000 *:*\n\
+                   LISTEN 0 4096 127.0.0.1:6443 0.0.0.0:*\n";
+        assert_eq!(
+            listeners(raw),
+            ["*:31000", "192.168.50.10:32054", "[::]:32054"]
+        );
     }
 
     #[test]

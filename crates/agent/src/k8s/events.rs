@@ -1,4 +1,6 @@
-//! Events the agent records on its Node, as kube-proxy does.
+//! Events the agent records, as kube-proxy does: `Starting` on its Node, and
+//! `FailedToStartServiceHealthcheck` on a Service whose health-check node port cannot be
+//! bound.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -7,38 +9,116 @@ use kube::Api;
 use kube::api::PostParams;
 use tracing::{debug, warn};
 
+use crate::model::cluster::ServiceRef;
+
 /// The reporting controller named in the agent's events.
 pub const CONTROLLER: &str = "kube-proxy-ipvs";
 
-/// Records the `Starting` event on the Node at start (kube-proxy: "Starting kube-proxy."). A
-/// failure is logged, never fatal: events are best effort.
-pub async fn node_starting(client: kube::Client, node: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{node}.")),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(now)),
-        action: Some("StartKubeProxy".into()),
-        reason: Some("Starting".into()),
-        note: Some("Starting kube-proxy-ipvs.".into()),
-        type_: Some("Normal".into()),
-        reporting_controller: Some(CONTROLLER.into()),
-        reporting_instance: Some(format!("{CONTROLLER}-{node}")),
-        regarding: Some(ObjectReference {
+/// The `Starting` event on the Node at start (kube-proxy: "Starting kube-proxy.").
+pub fn node_starting(node: &str) -> Event {
+    event(
+        node,
+        ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
             name: Some(node.into()),
             uid: Some(node.into()),
             ..ObjectReference::default()
-        }),
+        },
+        ("Normal", "Starting", "StartKubeProxy"),
+        "Starting kube-proxy-ipvs.".into(),
+    )
+}
+
+/// The warning on `service` when its health-check node port cannot be bound, with
+/// kube-proxy's reason, action and message.
+pub fn health_check_failed(node: &str, service: &ServiceRef, port: u16, error: &str) -> Event {
+    event(
+        node,
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some(service.namespace.clone()),
+            name: Some(service.name.clone()),
+            ..ObjectReference::default()
+        },
+        ("Warning", "FailedToStartServiceHealthcheck", "Listen"),
+        format!("node {node} failed to start healthcheck \"{service}\" on port {port}: {error}"),
+    )
+}
+
+/// An event about `regarding`, in its namespace (`default` for cluster-scoped objects).
+fn event(
+    node: &str,
+    regarding: ObjectReference,
+    (type_, reason, action): (&str, &str, &str),
+    note: String,
+) -> Event {
+    let namespace = regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = regarding.name.clone().unwrap_or_default();
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some(namespace),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        action: Some(action.into()),
+        reason: Some(reason.into()),
+        note: Some(note),
+        type_: Some(type_.into()),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(format!("{CONTROLLER}-{node}")),
+        regarding: Some(regarding),
         ..Event::default()
-    };
-    let api: Api<Event> = Api::namespaced(client, "default");
+    }
+}
+
+/// Records `event`. A failure is logged, never fatal: events are best effort.
+pub async fn record(client: kube::Client, event: Event) {
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    let reason = event.reason.clone().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(client, &namespace);
     match api.create(&PostParams::default(), &event).await {
-        Ok(_) => debug!(node, "recorded the Starting event"),
-        Err(e) => warn!(node, error = %e, "cannot record the Starting event"),
+        Ok(_) => debug!(reason, "recorded an event"),
+        Err(e) => warn!(reason, error = %e, "cannot record an event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_check_event_names_the_service_in_its_namespace() {
+        let e = health_check_failed(
+            "node-a",
+            &ServiceRef::new("prod", "api"),
+            32000,
+            "Address already in use (os error 98)",
+        );
+        assert_eq!(e.metadata.namespace.as_deref(), Some("prod"));
+        assert_eq!(e.metadata.generate_name.as_deref(), Some("api."));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("FailedToStartServiceHealthcheck"));
+        assert_eq!(e.action.as_deref(), Some("Listen"));
+        assert_eq!(
+            e.note.as_deref(),
+            Some(
+                "node node-a failed to start healthcheck \"prod/api\" on port 32000: Address already in use (os error 98)"
+            )
+        );
+        let r = e.regarding.unwrap();
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
+            (Some("Service"), Some("prod"), Some("api"))
+        );
+        assert_eq!(
+            node_starting("node-a").metadata.namespace.as_deref(),
+            Some("default")
+        );
     }
 }

@@ -17,6 +17,11 @@ use super::kernel::{
 use super::sets::{self, SetDef, set_name};
 use ipnet::IpNet;
 
+/// Where each family's health-check node ports listen: `None` (or no entry) for every
+/// address of the family, else these addresses (none at all when no node address matches
+/// `nodePortAddresses`, as kube-proxy).
+pub type HealthCheckAddresses = BTreeMap<Family, Option<BTreeSet<IpAddr>>>;
+
 /// An address configured on one of the host's interfaces.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LocalAddress {
@@ -42,19 +47,68 @@ impl Host {
     }
 
     /// The addresses NodePorts are served on: every local address of the family except those on
-    /// `kube-ipvs0`, loopback and IPv6 link-local, limited to `nodeport_addresses` when set.
+    /// `kube-ipvs0`, loopback and IPv6 link-local, limited to the family's `nodeport_addresses`
+    /// when it has some.
     pub fn node_port_addresses(&self, family: Family, config: &ProxyConfig) -> BTreeSet<IpAddr> {
+        let cidrs = node_port_cidrs(family, config);
         self.addresses
             .iter()
             .filter(|a| a.interface != LINK_NAME && Family::of(&a.address) == family)
             .map(|a| a.address)
             .filter(|ip| !ip.is_loopback() && !is_link_local_v6(ip))
-            .filter(|ip| {
-                config.nodeport_addresses.is_empty()
-                    || config.nodeport_addresses.iter().any(|n| n.contains(ip))
-            })
+            .filter(|ip| cidrs.is_empty() || cidrs.iter().any(|n| n.contains(ip)))
             .collect()
     }
+
+    /// Where the health-check node ports of `family` listen: `None` for every address of the
+    /// family (no `nodeport_addresses` of that family), else the local addresses the family's
+    /// CIDRs match, loopback included, as kube-proxy's service health server binds them.
+    /// Addresses on `kube-ipvs0` are left out: they are VIPs, not the node's.
+    pub fn health_check_addresses(
+        &self,
+        family: Family,
+        config: &ProxyConfig,
+    ) -> Option<BTreeSet<IpAddr>> {
+        let cidrs = node_port_cidrs(family, config);
+        if cidrs.is_empty() || cidrs.iter().any(|n| n.prefix_len() == 0) {
+            return None;
+        }
+        Some(
+            self.addresses
+                .iter()
+                .filter(|a| a.interface != LINK_NAME)
+                .map(|a| a.address)
+                .filter(|ip| cidrs.iter().any(|n| n.contains(ip)))
+                .collect(),
+        )
+    }
+}
+
+/// [`Host::health_check_addresses`] of every family `config` serves, with its node settings
+/// (`primary`) resolved from the cluster's Node.
+pub fn health_check_addresses(
+    cluster: &Cluster,
+    config: &ProxyConfig,
+    host: &Host,
+) -> HealthCheckAddresses {
+    let config = resolve_node_settings(cluster, config);
+    config
+        .families
+        .iter()
+        .map(|f| (*f, host.health_check_addresses(*f, &config)))
+        .collect()
+}
+
+/// The `nodeport_addresses` CIDRs of `family`. kube-proxy reads the list per family: a family
+/// with none of its own serves node ports on all its addresses, whatever the other family's
+/// CIDRs say.
+fn node_port_cidrs(family: Family, config: &ProxyConfig) -> Vec<IpNet> {
+    config
+        .nodeport_addresses
+        .iter()
+        .filter(|n| Family::of(&n.addr()) == family)
+        .copied()
+        .collect()
 }
 
 fn is_link_local_v6(ip: &IpAddr) -> bool {
@@ -156,9 +210,14 @@ pub(crate) fn resolve_node_settings(cluster: &Cluster, config: &ProxyConfig) -> 
             .filter_map(|f| node.and_then(|n| n.addresses.iter().find(|a| Family::of(a) == f)))
             .map(|ip| IpNet::from(*ip))
             .collect();
-        if c.nodeport_addresses.is_empty() {
-            // An impossible prefix: no local address matches until the Node is known.
-            c.nodeport_addresses = vec![IpNet::from(IpAddr::from([0, 0, 0, 0]))];
+        // A family without a node IP gets no CIDR and so serves on all its addresses, as
+        // kube-proxy's "primary" skips it; until the Node is known, an impossible prefix per
+        // family keeps node ports off every address.
+        if node.is_none_or(|n| n.addresses.is_empty()) {
+            c.nodeport_addresses = vec![
+                IpNet::from(IpAddr::from([0, 0, 0, 0])),
+                IpNet::from(IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)),
+            ];
         }
     }
     if let LocalDetector::NodeCidr(cidrs) = &mut c.local_detector

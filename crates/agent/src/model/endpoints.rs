@@ -189,14 +189,30 @@ pub fn choose(endpoints: &[PortEndpoint], node_hints: bool) -> Chosen {
     }
 }
 
+/// One health-check node port to serve, for one IP family of its Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// The family: kube-proxy runs one health server per family, each answering with its
+    /// own family's endpoints.
+    pub family: super::cluster::Family,
+    /// `spec.healthCheckNodePort`.
+    pub port: u16,
+    /// The Service.
+    pub service: super::cluster::ServiceRef,
+    /// Its ready endpoints of this family on this node, counted by address (kube-proxy
+    /// answers 200 when it is not zero).
+    pub local_endpoints: usize,
+}
+
 /// The health-check node ports to serve: for each load balancer with
-/// `externalTrafficPolicy: Local` and a `healthCheckNodePort`, the port, the Service and the
-/// number of its ready endpoints on this node (kube-proxy answers 200 when it is not zero).
+/// `externalTrafficPolicy: Local` and a `healthCheckNodePort`, one per family of `families`
+/// it has a cluster IP of.
 pub fn health_checks(
     cluster: &Cluster,
     node: &str,
-) -> Vec<(u16, super::cluster::ServiceRef, usize)> {
-    use super::cluster::{ServiceType, TrafficPolicy};
+    families: &[super::cluster::Family],
+) -> Vec<HealthCheck> {
+    use super::cluster::{Family, ServiceType, TrafficPolicy};
     let mut out = Vec::new();
     for service in cluster.services.values() {
         let Some(port) = service.health_check_node_port else {
@@ -207,15 +223,30 @@ pub fn health_checks(
         {
             continue;
         }
-        let local: std::collections::BTreeSet<IpAddr> = cluster
-            .slices_of(&service.id)
-            .flat_map(|s| s.endpoints.iter())
-            .filter(|e| e.ready && !e.terminating && e.node_name.as_deref() == Some(node))
-            .map(|e| e.address)
-            .collect();
-        out.push((port, service.id.clone(), local.len()));
+        for family in families {
+            if !service
+                .cluster_ips
+                .iter()
+                .any(|ip| Family::of(ip) == *family)
+            {
+                continue;
+            }
+            let local: std::collections::BTreeSet<IpAddr> = cluster
+                .slices_of(&service.id)
+                .filter(|s| s.family == *family)
+                .flat_map(|s| s.endpoints.iter())
+                .filter(|e| e.ready && !e.terminating && e.node_name.as_deref() == Some(node))
+                .map(|e| e.address)
+                .collect();
+            out.push(HealthCheck {
+                family: *family,
+                port,
+                service: service.id.clone(),
+                local_endpoints: local.len(),
+            });
+        }
     }
-    out.sort_by_key(|(p, _, _)| *p);
+    out.sort_by_key(|a| (a.port, a.family));
     out
 }
 

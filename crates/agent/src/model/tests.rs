@@ -137,6 +137,71 @@ fn nodeport_addresses_limit_the_node_addresses() {
 }
 
 #[test]
+fn nodeport_addresses_of_one_family_leave_the_other_on_all_its_addresses() {
+    let c = cluster(
+        vec![
+            svc("np")
+                .cluster_ip("10.96.0.12")
+                .cluster_ip("fd00::12")
+                .tcp(80)
+                .node_port(30080),
+        ],
+        vec![],
+    );
+    let mut h = host();
+    for (interface, address) in [
+        ("eth1", "172.16.0.5"),
+        ("eth0", "fd00:50::10"),
+        ("eth1", "fd00:60::10"),
+        ("lo", "::1"),
+        ("kube-ipvs0", "172.16.0.99"),
+    ] {
+        h.addresses.push(super::desired::LocalAddress {
+            interface: interface.into(),
+            address: ip(address),
+        });
+    }
+    let cfg = super::config::ProxyConfig {
+        families: vec![Family::V4, Family::V6],
+        nodeport_addresses: vec!["172.16.0.0/16".parse().unwrap()],
+        ..config()
+    };
+    let d = desired(&c, &cfg, &h).state;
+    let np: Vec<String> = d
+        .services
+        .keys()
+        .filter(|k| k.port == 30080)
+        .map(|k| k.to_string())
+        .collect();
+    // IPv4 only where the CIDR says; IPv6, with no CIDR of its own, on every IPv6 address.
+    assert_eq!(
+        np,
+        [
+            "172.16.0.5:30080/tcp",
+            "[fd00:50::10]:30080/tcp",
+            "[fd00:60::10]:30080/tcp"
+        ]
+    );
+    // Health-check ports: the matching addresses for IPv4 (loopback would count, VIPs do
+    // not), every address for IPv6.
+    assert_eq!(
+        h.health_check_addresses(Family::V4, &cfg),
+        Some(BTreeSet::from([ip("172.16.0.5")]))
+    );
+    assert_eq!(h.health_check_addresses(Family::V6, &cfg), None);
+    let local = super::config::ProxyConfig {
+        nodeport_addresses: vec!["127.0.0.0/8".parse().unwrap(), "::/0".parse().unwrap()],
+        ..cfg.clone()
+    };
+    assert_eq!(
+        h.health_check_addresses(Family::V4, &local),
+        Some(BTreeSet::from([ip("127.0.0.1")]))
+    );
+    assert_eq!(h.health_check_addresses(Family::V6, &local), None);
+    assert_eq!(h.health_check_addresses(Family::V4, &config()), None);
+}
+
+#[test]
 fn sctp_node_ports_use_the_hash_set_with_node_addresses() {
     let c = cluster(
         vec![
@@ -764,11 +829,53 @@ fn health_check_node_ports_count_local_ready_endpoints() {
                 .endpoint("10.244.0.3", "node-a", false, true, true),
         ],
     );
-    let hc = super::endpoints::health_checks(&c, "node-a");
+    let hc = super::endpoints::health_checks(&c, "node-a", &[Family::V4, Family::V6]);
     assert_eq!(
         hc,
-        vec![(32000, super::cluster::ServiceRef::new("default", "lb"), 1)]
+        vec![super::endpoints::HealthCheck {
+            family: Family::V4,
+            port: 32000,
+            service: super::cluster::ServiceRef::new("default", "lb"),
+            local_endpoints: 1,
+        }]
     );
+}
+
+#[test]
+fn a_dual_stack_health_check_counts_each_familys_endpoints_apart() {
+    let mut lb = svc("lb")
+        .cluster_ip("10.96.0.50")
+        .cluster_ip("fd00::50")
+        .tcp(80)
+        .node_port(30050)
+        .load_balancer("203.0.113.50")
+        .etp_local();
+    lb.0.health_check_node_port = Some(32000);
+    let mut v6 = eps("lb", "", Protocol::Tcp, 8080)
+        .ready("fd00:244::2", "node-a")
+        .ready("fd00:244::3", "node-a");
+    v6.0.name = "lb-v6".into();
+    v6.0.family = Family::V6;
+    let c = cluster(
+        vec![lb],
+        vec![
+            eps("lb", "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b"),
+            v6,
+        ],
+    );
+    let counts = |families: &[Family]| -> Vec<(Family, usize)> {
+        super::endpoints::health_checks(&c, "node-a", families)
+            .into_iter()
+            .map(|h| (h.family, h.local_endpoints))
+            .collect()
+    };
+    // The IPv4 health check says no local endpoint although the node has IPv6 ones: a load
+    // balancer probing over IPv4 must not send IPv4 traffic here.
+    assert_eq!(
+        counts(&[Family::V4, Family::V6]),
+        [(Family::V4, 0), (Family::V6, 2)]
+    );
+    assert_eq!(counts(&[Family::V4]), [(Family::V4, 0)]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn resource(kind: &str) -> ApiResource {
         "EndpointSlice" => ("discovery.k8s.io", "v1", "endpointslices"),
         "Node" => ("", "v1", "nodes"),
         "Namespace" => ("", "v1", "namespaces"),
+        "Event" => ("events.k8s.io", "v1", "events"),
         other => panic!("no resource for {other}"),
     };
     ApiResource {
@@ -197,6 +198,28 @@ impl Cluster {
             &Patch::Merge(&patch),
         ))?;
         Ok(())
+    }
+
+    /// The events of the scenarios' namespace about the Service `service` with `reason`, as
+    /// `(reportingController, note)`, from either events API (the core one lists both).
+    pub fn service_events(&self, service: &str, reason: &str) -> Result<Vec<(String, String)>> {
+        let events = self.rt.block_on(
+            self.api("Event", Some(NAMESPACE))
+                .list(&ListParams::default()),
+        )?;
+        Ok(events
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.data["reason"] == reason
+                    && e.data["regarding"]["kind"] == "Service"
+                    && e.data["regarding"]["name"] == service
+            })
+            .map(|e| {
+                let field = |k: &str| e.data[k].as_str().unwrap_or_default().to_string();
+                (field("reportingController"), field("note"))
+            })
+            .collect())
     }
 
     /// Deletes every Service and EndpointSlice of the scenarios' namespace and the scenarios'

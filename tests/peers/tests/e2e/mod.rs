@@ -1,6 +1,6 @@
 //! End to end against the real API server: its restart, an etcd compaction that makes the
 //! agent's watch too old (a real `410 Gone`), a burst of 5,000 objects, the Node deleted and
-//! made again. Each ends with the agent's kernel state right: the same as upstream
+//! made again, a health-check node port another program holds. Each ends with the agent's kernel state right: the same as upstream
 //! kube-proxy's beside it where kube-proxy can be beside it, else counted with the real tools.
 
 use std::fmt::Write as _;
@@ -223,4 +223,81 @@ fn e2e_the_node_deleted_and_made_again() {
         missing.is_empty(),
         "missing after the Node came back:\n{missing}\nipvs:\n{after:#?}"
     );
+}
+
+/// A load balancer with `externalTrafficPolicy: Local`, health-checked on `port`, with a
+/// ready endpoint on the node `peers-e2e-hc`.
+fn health_checked(port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: hc-held}}\nspec:\n  type: LoadBalancer\n  clusterIP: 10.96.201.10\n\
+         \x20 ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 31201}}]\n  externalTrafficPolicy: Local\n  healthCheckNodePort: {port}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: hc-held-1, labels: {{kubernetes.io/service-name: hc-held}}}}\naddressType: IPv4\n\
+         ports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints:\n- {{addresses: [10.244.201.2], conditions: {{ready: true}}, nodeName: peers-e2e-hc}}\n"
+    )
+}
+
+#[test]
+fn e2e_a_health_check_port_another_program_holds_is_an_event_on_its_service() {
+    let (_guard, cp, cluster, _ns) = connect();
+    let indented: String = health_checked(32201)
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    let text = format!(
+        "description: a health-check node port that cannot be bound\nobjects: |\n{indented}"
+    );
+    let s = scenario::parse("e2e-hc", &text).expect("the scenario");
+    let mut pair = Pair::start(&cp, &cluster, &s, true).expect("start");
+    compare_clean(&pair, "with the health-check port free");
+    // Another program takes the port the Service moves to, on both nodes.
+    let held = 32202;
+    let holders = [pair.kp.hold_port(held), pair.ag.hold_port(held)];
+    let step = scenario::Step {
+        name: "the health-check port moves to a held one".into(),
+        apply: health_checked(held),
+        delete: vec![],
+        node_labels: Default::default(),
+    };
+    pair.step(&cluster, &step).expect("the move");
+    // Each program reports it once on the Service, kube-proxy as "kube-proxy".
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let events = loop {
+        let events = cluster
+            .service_events("hc-held", "FailedToStartServiceHealthcheck")
+            .expect("events");
+        let from = |c: &str| events.iter().any(|(rc, _)| rc == c);
+        if (from("kube-proxy") && from("kube-proxy-ipvs")) || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let ours: Vec<&String> = events
+        .iter()
+        .filter(|(c, _)| c == "kube-proxy-ipvs")
+        .map(|(_, n)| n)
+        .collect();
+    assert!(
+        events.iter().any(|(c, _)| c == "kube-proxy") && ours.len() == 1,
+        "want one event from each program, got {events:#?}\nagent:\n{}",
+        pair.agent_log()
+    );
+    assert!(
+        ours[0].contains(&format!("on port {held}")) && ours[0].contains("hc-held"),
+        "{}",
+        ours[0]
+    );
+    // Released, the port is bound at a later retry on both sides, and the states agree.
+    drop(holders);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let want = format!("0.0.0.0:{held}");
+    let bound = |ns: &super::node::NodeNs| ns.state()["health-check-listeners"].contains(&want);
+    while !(bound(&pair.kp) && bound(&pair.ag)) {
+        assert!(
+            Instant::now() < deadline,
+            "the released port was not bound by both in 120 s:\nagent:\n{}",
+            pair.agent_log()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    compare_clean(&pair, "after the port was released");
 }

@@ -82,6 +82,15 @@ impl NodeNs {
         parse(&self.ns.sh(&script()))
     }
 
+    /// A TCP listener on every IPv4 address of the namespace at `port`, held until dropped:
+    /// another program's socket in the way of a health-check node port.
+    pub fn hold_port(&self, port: u16) -> std::net::TcpListener {
+        within(&self.ns, move || {
+            std::net::TcpListener::bind(("0.0.0.0", port))
+        })
+        .unwrap_or_else(|e| panic!("holding port {port}: {e}"))
+    }
+
     /// Starts `program` with `args` in the namespace, its output in `log`.
     pub fn start(&self, program: &Path, args: &[String], log: &Path) -> Result<Program> {
         let out = File::create(log).with_context(|| log.display().to_string())?;
