@@ -243,12 +243,18 @@ pub fn kernel_state() -> String {
         .collect();
     sets.sort();
     let rules = kube_rules(&sh("iptables-save"));
+    // The link's name and state, then its addresses sorted: the order the kernel lists them
+    // in is the order they were added, which a crash and a resumed sync may change.
+    let link = sh("ip -br addr show kube-ipvs0");
+    let mut words: Vec<&str> = link.split_whitespace().collect();
+    let at = words.len().min(2);
+    words[at..].sort_unstable();
     format!(
         "{}\n--\n{}\n--\n{}\n--\n{}",
         ipvs.join("\n"),
         sets.join("\n"),
         rules.join("\n"),
-        sh("ip -br addr show kube-ipvs0")
+        words.join(" ")
     )
 }
 
