@@ -566,8 +566,9 @@ fn every_metric_is_fed_when_what_it_measures_happens() {
         node.ask_from_outside("10.96.0.10:80"),
         Ok(node.pods[0].name.clone())
     );
-    let now = sh("date -u +%Y-%m-%dT%H:%M:%S.%6NZ");
-    node.write("svc.yaml", &objects(Some(now.trim()), &[]));
+    // RFC 3339 with microseconds (the lab's busybox `date` has no `%N`).
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    node.write("svc.yaml", &objects(Some(&now), &[]));
     sh("ipvsadm -D -t 10.96.0.60:80");
     let provoked = [
         "kubeproxy_sync_proxy_rules_duration_seconds",
