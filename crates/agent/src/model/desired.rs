@@ -132,69 +132,115 @@ pub struct Desired {
 
 /// Computes the kernel state for `cluster`.
 pub fn desired(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Desired {
+    build(cluster, config, host, false).0
+}
+
+/// What one Service put in the desired state, by key only (the content lives in the composed
+/// state): its claims on virtual servers, its set entries, its VIPs, its out filters and its
+/// Local-policy ports without local endpoints. [`super::incremental`] takes a Service out of
+/// the state by its footprint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    /// Virtual servers it asked for, won or not.
+    pub vs: Vec<VsKey>,
+    /// Set entries, by set (definition and family).
+    pub entries: Vec<(&'static SetDef, Family, SetEntry)>,
+    /// Addresses it bound on `kube-ipvs0`.
+    pub addresses: Vec<IpAddr>,
+    /// Load-balancer out filters.
+    pub out_filters: Vec<OutFilter>,
+    /// Per family, `(internal, external)` ports without local endpoints.
+    pub no_local: BTreeMap<Family, (u64, u64)>,
+}
+
+impl Footprint {
+    fn dedup(&mut self) {
+        self.vs.sort_unstable();
+        self.vs.dedup();
+        self.entries
+            .sort_unstable_by(|a, b| (a.0.name, a.1, a.2).cmp(&(b.0.name, b.1, b.2)));
+        self.entries
+            .dedup_by(|a, b| (a.0.name, a.1, a.2) == (b.0.name, b.1, b.2));
+        self.addresses.sort_unstable();
+        self.addresses.dedup();
+        self.out_filters.sort_unstable();
+        self.out_filters.dedup();
+    }
+}
+
+/// The desired state, and with `record` each Service's [`Footprint`] and the virtual servers
+/// two Services want.
+pub(crate) fn build(
+    cluster: &Cluster,
+    config: &ProxyConfig,
+    host: &Host,
+    record: bool,
+) -> (Desired, Footprints) {
     let config = &resolve_node_settings(cluster, config);
-    let mut out = Builder {
-        config,
-        host,
-        d: Desired::default(),
-        out_filters: BTreeSet::new(),
-    };
-    out.d.state.link = true;
-    for family in &config.families {
-        for def in sets::ALL {
-            out.d.state.sets.insert(
-                set_name(def, *family),
-                Set {
-                    kind: def.kind,
-                    family: *family,
-                    entries: BTreeSet::new(),
-                },
-            );
+    let mut out = Builder::new(config, host);
+    let slices = cluster.slices_by_service();
+    let mut footprints = Footprints::default();
+    for service in cluster.services.values() {
+        if record {
+            out.record = Some(Footprint::default());
+        }
+        out.service(cluster, slices.of(&service.id), service);
+        if let Some(mut f) = out.record.take() {
+            f.dedup();
+            footprints.by_service.insert(service.id.clone(), f);
         }
     }
-    let slices = cluster.slices_by_service();
-    for service in cluster.services.values() {
-        out.service(cluster, slices.of(&service.id), service);
+    footprints.contested = std::mem::take(&mut out.contested);
+    (out.finish(), footprints)
+}
+
+/// Every Service's [`Footprint`], and the virtual servers more than one Service wants.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Footprints {
+    /// Per Service.
+    pub by_service: std::collections::HashMap<super::cluster::ServiceRef, Footprint>,
+    /// Virtual servers wanted by two Services or more (a conflict: the first keeps it).
+    pub contested: BTreeSet<VsKey>,
+}
+
+/// Computes the footprints of `services` alone, against the empty state: what each would put
+/// in, whatever the others hold. `slices` are those of the Services.
+pub(crate) fn footprints_of(
+    cluster: &Cluster,
+    config: &ProxyConfig,
+    host: &Host,
+    services: &[(&Service, Vec<&EndpointSlice>)],
+) -> (Desired, Vec<Footprint>) {
+    let config = &resolve_node_settings(cluster, config);
+    let mut out = Builder::new(config, host);
+    let mut prints = Vec::new();
+    for (service, slices) in services {
+        out.record = Some(Footprint::default());
+        out.service(cluster, slices, service);
+        let mut f = out.record.take().unwrap_or_default();
+        f.dedup();
+        prints.push(f);
     }
-    // Addresses bound on kube-ipvs0, and ownership of every virtual server.
-    let addresses: Vec<IpAddr> = out.d.state.addresses.iter().copied().collect();
-    for ip in addresses {
-        out.add_entry(&sets::IPVS_IPS, Family::of(&ip), SetEntry::Ip(ip));
-    }
-    let keys: Vec<VsKey> = out.d.state.services.keys().copied().collect();
-    for k in keys {
-        out.add_entry(
-            &sets::OWNED,
-            Family::of(&k.address),
-            SetEntry::IpPort(k.address, k.protocol, k.port),
-        );
-    }
-    let out_filters = std::mem::take(&mut out.out_filters);
-    for family in &config.families {
-        let family_sets: BTreeMap<String, Set> = out
-            .d
-            .state
-            .sets
+    (out.d, prints)
+}
+
+/// The rules of `family` for the sets of `state` and the out filters.
+pub(crate) fn family_rules(
+    family: Family,
+    config: &ProxyConfig,
+    state: &KernelState,
+    out_filters: &BTreeSet<OutFilter>,
+) -> super::kernel::Rules {
+    iptables::rules(
+        family,
+        config,
+        &state.sets,
+        &out_filters
             .iter()
-            .filter(|(_, s)| s.family == *family)
-            .map(|(n, s)| (n.clone(), s.clone()))
-            .collect();
-        out.d.state.rules.insert(
-            *family,
-            iptables::rules(
-                *family,
-                config,
-                &family_sets,
-                &out_filters
-                    .iter()
-                    .filter(|f| Family::of(&f.address) == *family)
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            ),
-        );
-    }
-    out.d.state.sysctls = sysctls(config);
-    out.d
+            .filter(|f| Family::of(&f.address) == family)
+            .cloned()
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Fills the settings that come from the Node object: `--nodeport-addresses=primary` (the
@@ -258,22 +304,84 @@ struct Builder<'a> {
     d: Desired,
     /// Load-balancer entries whose source ranges leave the node out.
     out_filters: BTreeSet<OutFilter>,
+    /// The footprint of the Service being built, when asked for.
+    record: Option<Footprint>,
+    /// Virtual servers two Services want.
+    contested: BTreeSet<VsKey>,
 }
 
-impl Builder<'_> {
-    fn add_entry(&mut self, def: &SetDef, family: Family, entry: SetEntry) {
+impl<'a> Builder<'a> {
+    /// A builder whose state has the link and every set of the configured families.
+    fn new(config: &'a ProxyConfig, host: &'a Host) -> Self {
+        let mut out = Builder {
+            config,
+            host,
+            d: Desired::default(),
+            out_filters: BTreeSet::new(),
+            record: None,
+            contested: BTreeSet::new(),
+        };
+        out.d.state.link = true;
+        for family in &config.families {
+            for def in sets::ALL {
+                out.d.state.sets.insert(
+                    set_name(def, *family),
+                    Set {
+                        kind: def.kind,
+                        family: *family,
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// The state of every Service built so far, with what derives from all of them: the
+    /// VIP and ownership sets, the rules, the sysctls.
+    fn finish(mut self) -> Desired {
+        let config = self.config;
+        // Addresses bound on kube-ipvs0, and ownership of every virtual server.
+        let addresses: Vec<IpAddr> = self.d.state.addresses.iter().copied().collect();
+        for ip in addresses {
+            self.add_entry(&sets::IPVS_IPS, Family::of(&ip), SetEntry::Ip(ip));
+        }
+        let keys: Vec<VsKey> = self.d.state.services.keys().copied().collect();
+        for k in keys {
+            self.add_entry(
+                &sets::OWNED,
+                Family::of(&k.address),
+                SetEntry::IpPort(k.address, k.protocol, k.port),
+            );
+        }
+        for family in &config.families {
+            let rules = family_rules(*family, config, &self.d.state, &self.out_filters);
+            self.d.state.rules.insert(*family, rules);
+        }
+        self.d.state.sysctls = sysctls(config);
+        self.d
+    }
+
+    fn add_entry(&mut self, def: &'static SetDef, family: Family, entry: SetEntry) {
         if let Some(set) = self.d.state.sets.get_mut(&set_name(def, family)) {
             set.entries.insert(entry);
+            if let Some(r) = &mut self.record {
+                r.entries.push((def, family, entry));
+            }
         }
     }
 
     fn add_vs(&mut self, service: &Service, key: VsKey, destinations: &[SocketAddr]) {
+        if let Some(r) = &mut self.record {
+            r.vs.push(key);
+        }
         if let Some(owner) = self.d.owners.get(&key) {
             if *owner != service.id {
                 self.d.conflicts.push(format!(
                     "{key} is wanted by {owner} and {}; {owner} keeps it",
                     service.id
                 ));
+                self.contested.insert(key);
             }
             return;
         }
@@ -304,6 +412,9 @@ impl Builder<'_> {
     fn bind(&mut self, ip: IpAddr) {
         if !self.host.is_local(&ip) {
             self.d.state.addresses.insert(ip);
+            if let Some(r) = &mut self.record {
+                r.addresses.push(ip);
+            }
         }
     }
 
@@ -348,12 +459,14 @@ impl Builder<'_> {
                 let eps = port_endpoints(slices, port, family, &topology);
                 let chosen = choose(&eps, topology.node_hints);
                 if !chosen.cluster.is_empty() && chosen.local.is_empty() {
+                    let add = (u64::from(itp_local), u64::from(etp_local));
                     let counts = self.d.no_local_endpoints.entry(family).or_default();
-                    if itp_local {
-                        counts.0 += 1;
-                    }
-                    if etp_local {
-                        counts.1 += 1;
+                    counts.0 += add.0;
+                    counts.1 += add.1;
+                    if let Some(r) = &mut self.record {
+                        let c = r.no_local.entry(family).or_default();
+                        c.0 += add.0;
+                        c.1 += add.1;
                     }
                 }
                 // internalTrafficPolicy=Local uses local endpoints; when there are none, an
@@ -467,11 +580,15 @@ impl Builder<'_> {
                                     SetEntry::IpPortIp(ip, proto, port.port, ip),
                                 );
                             } else {
-                                self.out_filters.insert(OutFilter {
+                                let filter = OutFilter {
                                     address: ip,
                                     protocol: proto,
                                     port: port.port,
-                                });
+                                };
+                                if let Some(r) = &mut self.record {
+                                    r.out_filters.push(filter.clone());
+                                }
+                                self.out_filters.insert(filter);
                             }
                         }
                     }

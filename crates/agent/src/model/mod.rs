@@ -8,6 +8,7 @@ pub mod conntrack;
 pub mod desired;
 pub mod drain;
 pub mod endpoints;
+pub mod incremental;
 pub mod iptables;
 pub mod kernel;
 pub mod plan;

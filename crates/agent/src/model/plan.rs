@@ -350,64 +350,14 @@ pub fn plan_draining(
     // Virtual servers and their destinations.
     let mut dest_dels = Vec::new();
     for (key, want) in &desired.services {
-        match observed.services.get(key) {
-            None => {
-                p.ops.push(Op::AddService {
-                    key: *key,
-                    service: without_destinations(want),
-                });
-                for (d, w) in &want.destinations {
-                    p.ops.push(Op::AddDestination {
-                        key: *key,
-                        destination: *d,
-                        weight: *w,
-                    });
-                }
-            }
-            Some(have) => {
-                if want.settings_differ(have) {
-                    p.ops.push(Op::UpdateService {
-                        key: *key,
-                        service: without_destinations(want),
-                    });
-                }
-                for (d, w) in &want.destinations {
-                    match have.destinations.get(d) {
-                        None => p.ops.push(Op::AddDestination {
-                            key: *key,
-                            destination: *d,
-                            weight: *w,
-                        }),
-                        Some(hw) if hw != w => p.ops.push(Op::UpdateDestination {
-                            key: *key,
-                            destination: *d,
-                            weight: *w,
-                        }),
-                        Some(_) => {}
-                    }
-                }
-                for (d, weight) in &have.destinations {
-                    if want.destinations.contains_key(d) {
-                        continue;
-                    }
-                    let gone_at_once = key.protocol != Protocol::Tcp
-                        || expired.contains(&(*key, *d))
-                        || have.connections.get(d).is_some_and(|c| c.is_idle());
-                    if gone_at_once {
-                        dest_dels.push(Op::DelDestination {
-                            key: *key,
-                            destination: *d,
-                        });
-                    } else if *weight != 0 {
-                        p.ops.push(Op::UpdateDestination {
-                            key: *key,
-                            destination: *d,
-                            weight: 0,
-                        });
-                    }
-                }
-            }
-        }
+        service_ops(
+            key,
+            want,
+            observed.services.get(key),
+            expired,
+            &mut p,
+            &mut dest_dels,
+        );
     }
     p.ops.extend(dest_dels);
     for key in observed.services.keys() {
@@ -423,6 +373,191 @@ pub fn plan_draining(
         p.ops.push(Op::DelAddress(*ip));
     }
     p.ops.extend(late);
+    p
+}
+
+/// The operations that make the observed virtual server `have` (if any) what `want` is:
+/// additions and updates into `p`, real-server deletions into `dest_dels` (they go after every
+/// addition).
+fn service_ops(
+    key: &VsKey,
+    want: &VirtualServer,
+    have: Option<&VirtualServer>,
+    expired: &BTreeSet<DestinationKey>,
+    p: &mut Plan,
+    dest_dels: &mut Vec<Op>,
+) {
+    match have {
+        None => {
+            p.ops.push(Op::AddService {
+                key: *key,
+                service: without_destinations(want),
+            });
+            for (d, w) in &want.destinations {
+                p.ops.push(Op::AddDestination {
+                    key: *key,
+                    destination: *d,
+                    weight: *w,
+                });
+            }
+        }
+        Some(have) => {
+            if want.settings_differ(have) {
+                p.ops.push(Op::UpdateService {
+                    key: *key,
+                    service: without_destinations(want),
+                });
+            }
+            for (d, w) in &want.destinations {
+                match have.destinations.get(d) {
+                    None => p.ops.push(Op::AddDestination {
+                        key: *key,
+                        destination: *d,
+                        weight: *w,
+                    }),
+                    Some(hw) if hw != w => p.ops.push(Op::UpdateDestination {
+                        key: *key,
+                        destination: *d,
+                        weight: *w,
+                    }),
+                    Some(_) => {}
+                }
+            }
+            for (d, weight) in &have.destinations {
+                if want.destinations.contains_key(d) {
+                    continue;
+                }
+                let gone_at_once = key.protocol != Protocol::Tcp
+                    || expired.contains(&(*key, *d))
+                    || have.connections.get(d).is_some_and(|c| c.is_idle());
+                if gone_at_once {
+                    dest_dels.push(Op::DelDestination {
+                        key: *key,
+                        destination: *d,
+                    });
+                } else if *weight != 0 {
+                    p.ops.push(Op::UpdateDestination {
+                        key: *key,
+                        destination: *d,
+                        weight: 0,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// [`plan_draining`] on the keys of `scope` alone: what a change of some Services needs,
+/// without walking the rest of the state. The caller vouches that nothing outside the scope
+/// changed since the last plan was applied (the full syncs check the rest). Real servers that
+/// drain past their bound (`expired`) are deleted whatever the scope.
+pub fn plan_scoped(
+    desired: &KernelState,
+    observed: &KernelState,
+    exclude_cidrs: &[IpNet],
+    expired: &BTreeSet<DestinationKey>,
+    scope: &super::incremental::Scope,
+) -> Plan {
+    let mut p = Plan::default();
+    let mut late: Vec<Op> = Vec::new();
+    if desired.link && !observed.link {
+        p.ops.push(Op::CreateLink);
+    }
+    for (name, entries) in &scope.entries {
+        let (Some(want), have) = (desired.sets.get(name), observed.sets.get(name)) else {
+            continue;
+        };
+        match have {
+            None => p.ops.push(Op::CreateSet {
+                name: name.clone(),
+                kind: want.kind,
+                family: want.family,
+            }),
+            Some(h) if h.kind != want.kind => continue,
+            Some(_) => {}
+        }
+        let has = |e: &SetEntry| have.is_some_and(|h| h.entries.contains(e));
+        let add: Vec<SetEntry> = entries
+            .iter()
+            .filter(|e| want.entries.contains(e) && !has(e))
+            .copied()
+            .collect();
+        let del: Vec<SetEntry> = entries
+            .iter()
+            .filter(|e| !want.entries.contains(e) && has(e))
+            .copied()
+            .collect();
+        if !add.is_empty() {
+            p.ops.push(Op::AddEntries {
+                set: name.clone(),
+                entries: add,
+            });
+        }
+        if !del.is_empty() {
+            late.push(Op::DelEntries {
+                set: name.clone(),
+                entries: del,
+            });
+        }
+    }
+    for ip in &scope.addresses {
+        if desired.addresses.contains(ip) && !observed.addresses.contains(ip) {
+            p.ops.push(Op::AddAddress(*ip));
+        }
+    }
+    for family in &scope.rules {
+        let Some(want) = desired.rules.get(family) else {
+            continue;
+        };
+        let have = observed.rules.get(family).cloned().unwrap_or_default();
+        let missing: Vec<(String, String)> = want
+            .jumps
+            .iter()
+            .filter(|j| !have.jumps.contains(j))
+            .cloned()
+            .collect();
+        if !same_chains(want, &have, *family) || !missing.is_empty() {
+            p.ops.push(Op::WriteRules {
+                family: *family,
+                rules: want.clone(),
+                missing_jumps: missing,
+            });
+        }
+    }
+    let mut dest_dels = Vec::new();
+    // Expired drains first: the bound runs out whether or not their Service changed.
+    let keys: BTreeSet<VsKey> = scope
+        .services
+        .iter()
+        .copied()
+        .chain(expired.iter().map(|(k, _)| *k))
+        .collect();
+    for key in &keys {
+        let (want, have) = (desired.services.get(key), observed.services.get(key));
+        match want {
+            Some(want) => service_ops(key, want, have, expired, &mut p, &mut dest_dels),
+            None => {
+                if have.is_some()
+                    && owns(observed, key)
+                    && !exclude_cidrs.iter().any(|c| c.contains(&key.address))
+                {
+                    late.insert(0, Op::DelService(*key));
+                }
+            }
+        }
+    }
+    p.ops.extend(dest_dels);
+    // Services before addresses before set entries, as in a full plan.
+    let (services, sets): (Vec<Op>, Vec<Op>) = late
+        .into_iter()
+        .partition(|op| matches!(op, Op::DelService(_)));
+    p.ops.extend(services);
+    for ip in &scope.addresses {
+        if observed.addresses.contains(ip) && !desired.addresses.contains(ip) {
+            p.ops.push(Op::DelAddress(*ip));
+        }
+    }
+    p.ops.extend(sets);
     p
 }
 

@@ -1,0 +1,357 @@
+//! The desired state kept up to date Service by Service, so that a change costs what it
+//! changes rather than what the cluster holds.
+//!
+//! [`Incremental::build`] computes the whole state once, as [`super::desired::desired`] does,
+//! and remembers each Service's [`Footprint`]: the keys it put in (virtual servers, set
+//! entries, VIPs, out filters). [`Incremental::update`] takes the changed Services out by their
+//! old footprints and puts them back as they are now, and returns the [`Scope`] of keys that
+//! moved, so that the plan looks at those alone. Entries and VIPs two Services share are
+//! counted, so one Service leaving does not take the other's away. What a Service cannot be
+//! moved alone for (the Node, the host's addresses, a virtual server two Services want) makes
+//! `update` decline, and the caller builds from scratch; the periodic full sync does anyway.
+//! The property test below checks that updates land on the state a build computes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use super::cluster::{Cluster, EndpointSlice, Family, Node, ServiceRef};
+use super::config::ProxyConfig;
+use super::desired::{
+    Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
+};
+use super::iptables::OutFilter;
+use super::kernel::{SetEntry, VsKey};
+use super::sets::{self, SetDef, set_name};
+
+/// The keys a change touched: the plan compares the desired and the observed state on these
+/// alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Virtual servers.
+    pub services: BTreeSet<VsKey>,
+    /// Set entries, by set name.
+    pub entries: BTreeMap<String, BTreeSet<SetEntry>>,
+    /// VIPs on `kube-ipvs0`.
+    pub addresses: BTreeSet<IpAddr>,
+    /// Families whose rules changed.
+    pub rules: BTreeSet<Family>,
+}
+
+impl Scope {
+    /// True when the change moved nothing.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.entries.is_empty()
+            && self.addresses.is_empty()
+            && self.rules.is_empty()
+    }
+}
+
+/// A set entry as the sharing counts key it.
+type EntryKey = (&'static str, Family, SetEntry);
+
+/// The desired state with what it takes to change it one Service at a time.
+#[derive(Debug, Clone)]
+pub struct Incremental {
+    config: ProxyConfig,
+    host: Host,
+    /// The Node the state was computed for (its zone, addresses and pod CIDRs reach every
+    /// Service).
+    node: Option<Node>,
+    desired: Desired,
+    footprints: HashMap<ServiceRef, Footprint>,
+    /// Virtual servers two Services want.
+    contested: BTreeSet<VsKey>,
+    /// Entries more than one Service put in: how many more than one.
+    shared_entries: HashMap<EntryKey, u32>,
+    /// VIPs more than one Service bound: how many more than one.
+    shared_addresses: HashMap<IpAddr, u32>,
+    /// Out filters and how many Services want each.
+    out_filters: BTreeMap<OutFilter, u32>,
+}
+
+impl Incremental {
+    /// The whole desired state of `cluster`.
+    pub fn build(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Self {
+        let (desired, prints) = build(cluster, config, host, true);
+        let mut entries: HashMap<EntryKey, u32> = HashMap::new();
+        let mut addresses: HashMap<IpAddr, u32> = HashMap::new();
+        let mut out_filters: BTreeMap<OutFilter, u32> = BTreeMap::new();
+        for f in prints.by_service.values() {
+            for (def, family, e) in &f.entries {
+                *entries.entry((def.name, *family, *e)).or_default() += 1;
+            }
+            for a in &f.addresses {
+                *addresses.entry(*a).or_default() += 1;
+            }
+            for o in &f.out_filters {
+                *out_filters.entry(o.clone()).or_default() += 1;
+            }
+        }
+        Incremental {
+            config: config.clone(),
+            host: host.clone(),
+            node: cluster.node.clone(),
+            desired,
+            footprints: prints.by_service,
+            contested: prints.contested,
+            shared_entries: more(entries),
+            shared_addresses: more(addresses),
+            out_filters,
+        }
+    }
+
+    /// The desired state.
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    /// Brings the state to `cluster`, in which the Services `changed` (their object, their
+    /// EndpointSlices, or both; deleted ones included) are all that changed since the last
+    /// build or update, on `host`. Returns the keys that moved, or `None` when a change
+    /// reaches beyond its Services (the Node, the host's addresses, a virtual server two
+    /// Services want): then nothing was changed, and the caller builds again.
+    pub fn update(
+        &mut self,
+        cluster: &Cluster,
+        host: &Host,
+        changed: &BTreeSet<ServiceRef>,
+    ) -> Option<Scope> {
+        if cluster.node != self.node || *host != self.host {
+            return None;
+        }
+        // One pass over the slices finds those of the changed Services (a namespace may hold
+        // them all, so asking per Service would scan it each time).
+        let mut slices: HashMap<&ServiceRef, Vec<&EndpointSlice>> = HashMap::new();
+        for s in cluster.slices.values() {
+            if changed.contains(&s.service) {
+                slices.entry(&s.service).or_default().push(s);
+            }
+        }
+        let present: Vec<_> = changed
+            .iter()
+            .filter_map(|id| cluster.services.get(id))
+            .map(|svc| (svc, slices.remove(&svc.id).unwrap_or_default()))
+            .collect();
+        let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
+        if !fresh.conflicts.is_empty() {
+            return None;
+        }
+        let old_contested = changed.iter().any(|id| {
+            self.footprints
+                .get(id)
+                .is_some_and(|f| f.vs.iter().any(|k| self.contested.contains(k)))
+        });
+        let new_conflict = prints.iter().flat_map(|f| &f.vs).any(|k| {
+            self.desired
+                .owners
+                .get(k)
+                .is_some_and(|o| !changed.contains(o))
+        });
+        if old_contested || new_conflict {
+            return None;
+        }
+
+        let mut scope = Scope::default();
+        let mut rules_may_change = false;
+        let olds: Vec<(&ServiceRef, Footprint)> = changed
+            .iter()
+            .filter_map(|id| self.footprints.remove(id).map(|f| (id, f)))
+            .collect();
+        // Virtual servers no changed Service wants any more go; the others are replaced
+        // below. Shared keys are added before the old ones are dropped, so that a Service
+        // that keeps an entry or a VIP does not take it out and put it back.
+        let wanted: BTreeSet<&VsKey> = prints.iter().flat_map(|f| &f.vs).collect();
+        for (id, f) in &olds {
+            for k in &f.vs {
+                if !wanted.contains(k) && self.desired.owners.get(k) == Some(*id) {
+                    self.desired.owners.remove(k);
+                    self.desired.state.services.remove(k);
+                    rules_may_change |= self.derived(&sets::OWNED, owned(k), false, &mut scope);
+                    scope.services.insert(*k);
+                }
+            }
+        }
+        for ((svc, _), f) in present.iter().zip(prints) {
+            for k in &f.vs {
+                if let Some(vs) = fresh.state.services.remove(k) {
+                    if self.desired.state.services.get(k) != Some(&vs) {
+                        scope.services.insert(*k);
+                    }
+                    self.desired.state.services.insert(*k, vs);
+                    self.desired.owners.insert(*k, svc.id.clone());
+                    rules_may_change |= self.derived(&sets::OWNED, owned(k), true, &mut scope);
+                }
+            }
+            for (def, family, e) in &f.entries {
+                rules_may_change |= self.add_entry(def, *family, *e, &mut scope);
+            }
+            for a in &f.addresses {
+                rules_may_change |= self.add_address(*a, &mut scope);
+            }
+            for o in &f.out_filters {
+                rules_may_change = true;
+                *self.out_filters.entry(o.clone()).or_default() += 1;
+            }
+            for (family, (i, e)) in &f.no_local {
+                let c = self.desired.no_local_endpoints.entry(*family).or_default();
+                c.0 += i;
+                c.1 += e;
+            }
+            self.footprints.insert(svc.id.clone(), f);
+        }
+        for (_, f) in &olds {
+            for (def, family, e) in &f.entries {
+                rules_may_change |= self.remove_entry(def, *family, *e, &mut scope);
+            }
+            for a in &f.addresses {
+                rules_may_change |= self.remove_address(*a, &mut scope);
+            }
+            for o in &f.out_filters {
+                rules_may_change = true;
+                if let Some(n) = self.out_filters.get_mut(o) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.out_filters.remove(o);
+                    }
+                }
+            }
+            for (family, (i, e)) in &f.no_local {
+                if let Some(c) = self.desired.no_local_endpoints.get_mut(family) {
+                    c.0 -= i;
+                    c.1 -= e;
+                }
+            }
+        }
+        if rules_may_change {
+            let config = resolve_node_settings(cluster, &self.config);
+            let filters: BTreeSet<OutFilter> = self.out_filters.keys().cloned().collect();
+            for family in &config.families {
+                let rules = family_rules(*family, &config, &self.desired.state, &filters);
+                if self.desired.state.rules.get(family) != Some(&rules) {
+                    self.desired.state.rules.insert(*family, rules);
+                    scope.rules.insert(*family);
+                }
+            }
+        }
+        Some(scope)
+    }
+
+    /// Adds (or removes) an entry only the state derives (ownership, VIPs), never shared.
+    /// True when its set became empty or stopped being so.
+    fn derived(
+        &mut self,
+        def: &SetDef,
+        (family, e): (Family, SetEntry),
+        add: bool,
+        scope: &mut Scope,
+    ) -> bool {
+        let name = set_name(def, family);
+        let Some(set) = self.desired.state.sets.get_mut(&name) else {
+            return false;
+        };
+        let was_empty = set.entries.is_empty();
+        let moved = if add {
+            set.entries.insert(e)
+        } else {
+            set.entries.remove(&e)
+        };
+        let flipped = was_empty != set.entries.is_empty();
+        if moved {
+            scope.entries.entry(name).or_default().insert(e);
+        }
+        flipped
+    }
+
+    fn add_entry(
+        &mut self,
+        def: &'static SetDef,
+        family: Family,
+        e: SetEntry,
+        scope: &mut Scope,
+    ) -> bool {
+        let present = self
+            .desired
+            .state
+            .sets
+            .get(&set_name(def, family))
+            .is_some_and(|s| s.entries.contains(&e));
+        if present {
+            *self
+                .shared_entries
+                .entry((def.name, family, e))
+                .or_default() += 1;
+            return false;
+        }
+        self.derived(def, (family, e), true, scope)
+    }
+
+    fn remove_entry(
+        &mut self,
+        def: &'static SetDef,
+        family: Family,
+        e: SetEntry,
+        scope: &mut Scope,
+    ) -> bool {
+        let key = (def.name, family, e);
+        if let Some(n) = self.shared_entries.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.shared_entries.remove(&key);
+            }
+            return false;
+        }
+        self.derived(def, (family, e), false, scope)
+    }
+
+    fn add_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
+        if !self.desired.state.addresses.insert(ip) {
+            *self.shared_addresses.entry(ip).or_default() += 1;
+            return false;
+        }
+        scope.addresses.insert(ip);
+        self.derived(
+            &sets::IPVS_IPS,
+            (Family::of(&ip), SetEntry::Ip(ip)),
+            true,
+            scope,
+        )
+    }
+
+    fn remove_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
+        if let Some(n) = self.shared_addresses.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.shared_addresses.remove(&ip);
+            }
+            return false;
+        }
+        self.desired.state.addresses.remove(&ip);
+        scope.addresses.insert(ip);
+        self.derived(
+            &sets::IPVS_IPS,
+            (Family::of(&ip), SetEntry::Ip(ip)),
+            false,
+            scope,
+        )
+    }
+}
+
+/// The counts above one, less one: how many more than one holder each shared key has.
+fn more<K: std::hash::Hash + Eq>(m: HashMap<K, u32>) -> HashMap<K, u32> {
+    m.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, n)| (k, n - 1))
+        .collect()
+}
+
+/// The ownership-set entry of a virtual server.
+fn owned(k: &VsKey) -> (Family, SetEntry) {
+    (
+        Family::of(&k.address),
+        SetEntry::IpPort(k.address, k.protocol, k.port),
+    )
+}
+
+#[cfg(test)]
+mod tests;
