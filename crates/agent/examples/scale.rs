@@ -17,9 +17,10 @@
 //!
 //! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C[,C...]]` (one count
 //! of changes per size, the last repeating); the child mode is
-//! `scale agent N CHANGES`. Timings vary under emulation: compare the ratios, not the seconds.
+//! `scale agent N CHANGES`; `scale pure N CHANGES` runs on any host, without the lab, and
+//! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -54,6 +55,13 @@ const FIRST_VIP: &str = "10.96.0.1:443";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("pure") {
+        let n = args[1].parse().expect("N");
+        let changes = args[2].parse().expect("CHANGES");
+        // `alone`: only the changed-Services path (for a profile of it).
+        pure(n, changes, args.get(3).map(String::as_str) == Some("alone"));
+        return;
+    }
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
@@ -473,6 +481,60 @@ impl Dataplane for Timed {
     }
 }
 
+/// `scale pure N CHANGES`, on any host: the pure stages of one endpoint change at N
+/// Services, through the sync loop's path (`Syncer::sync_changed`, only the changed Service
+/// recomputed and planned) and through a whole recomputation (`Syncer::sync`), against an
+/// in-memory kernel. Prints the medians and their ratio.
+fn pure(n: usize, changes: usize, alone_only: bool) {
+    use kube_proxy_ipvs_agent::dataplane::memory::Memory;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut cluster = cluster(n);
+    let memory = Memory {
+        host: host(),
+        ..Memory::default()
+    };
+    let mut syncer = Syncer::new(memory, config());
+    let t = Instant::now();
+    rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    let cold = t.elapsed().as_secs_f64();
+    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let (mut alone, mut whole) = (Vec::new(), Vec::new());
+    for c in 0..changes {
+        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+        let slice = cluster.slices.get_mut(k).unwrap();
+        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        let changed = BTreeSet::from([slice.service.clone()]);
+        let t = Instant::now();
+        let r = if alone_only || c % 2 == 0 {
+            rt.block_on(syncer.sync_changed(&cluster, &changed))
+        } else {
+            rt.block_on(syncer.sync(&cluster, false))
+        }
+        .expect("change");
+        let took = t.elapsed().as_secs_f64();
+        assert!(r.applied.failed.is_empty());
+        if c % 2 == 0 {
+            alone.push(took)
+        } else {
+            whole.push(took)
+        }
+    }
+    if whole.is_empty() {
+        whole.push(f64::NAN);
+    }
+    let (a, w) = (median(&mut alone), median(&mut whole));
+    println!(
+        "pure N={n}: cold {cold:.3} s; one change, changed Services only: median {:.3} ms, p99 {:.3} ms; whole recomputation: median {:.3} ms; ratio {:.4}",
+        a * 1e3,
+        p99(&mut alone) * 1e3,
+        w * 1e3,
+        a / w
+    );
+}
+
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -619,14 +681,18 @@ fn agent_child(n: usize, changes: usize) {
         let prev = (c % 10 == 0).then(|| desired(&cluster, &config, &host));
         let slice = cluster.slices.get_mut(k).unwrap();
         slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        let changed = BTreeSet::from([slice.service.clone()]);
         if let Some(prev) = prev {
             let t = Instant::now();
             let want = desired(&cluster, &config, &host);
             let _ = plan(&want.state, &prev.state, &[]);
             pure.push(t.elapsed().as_secs_f64());
         }
+        // As the sync loop does: the Services that changed since the last sync are known.
         let t = Instant::now();
-        let r = rt.block_on(syncer.sync(&cluster, false)).expect("change");
+        let r = rt
+            .block_on(syncer.sync_changed(&cluster, &changed))
+            .expect("change");
         times.push(t.elapsed().as_secs_f64());
         kernel.push(syncer.dataplane().last_apply.as_secs_f64());
         assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);

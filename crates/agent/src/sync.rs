@@ -27,14 +27,14 @@ use tracing::{debug, info, warn};
 use crate::dataplane::conntrack::Cleaned;
 use crate::dataplane::memory::Memory;
 use crate::dataplane::{Applied, Dataplane, Error, Observation};
-use crate::model::cluster::Cluster;
+use crate::model::cluster::{Cluster, ServiceRef, changed_services};
 use crate::model::config::ProxyConfig;
-use crate::model::conntrack::{ConntrackFilter, conntrack_filter};
-use crate::model::desired::desired;
+use crate::model::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
 use crate::model::drain::{DestinationKey, Draining};
+use crate::model::incremental::Incremental;
 use crate::model::iptables::canonical;
 use crate::model::kernel::KernelState;
-use crate::model::plan::{Op, Plan, plan_draining};
+use crate::model::plan::{Op, Plan, plan_draining, plan_scoped};
 use crate::model::priority::priority_plan;
 
 pub use failures::{Backoff, FailureLog, cannot_program};
@@ -285,8 +285,9 @@ pub struct Syncer<D> {
     unread: bool,
     /// The conntrack filter of the last cleanup; `None` before the first.
     conntrack: Option<ConntrackFilter>,
-    /// The desired state of the last sync, to tell drift from change.
-    last_desired: Option<KernelState>,
+    /// The desired state of the last sync, kept per Service so that a change recomputes only
+    /// its Services; also what tells drift from change.
+    incremental: Option<Incremental>,
     /// Whether the last sync applied its whole plan: after a failure, what a sync changes
     /// is a retry, not drift.
     settled: bool,
@@ -304,7 +305,7 @@ impl<D: Dataplane> Syncer<D> {
             draining: Draining::default(),
             unread: false,
             conntrack: None,
-            last_desired: None,
+            incremental: None,
             settled: false,
             triggers: programming::TriggerTimes::new(std::time::SystemTime::now()),
         }
@@ -312,7 +313,9 @@ impl<D: Dataplane> Syncer<D> {
 
     /// How many virtual servers the desired state of the last sync holds.
     pub fn desired_virtual_servers(&self) -> usize {
-        self.last_desired.as_ref().map_or(0, |d| d.services.len())
+        self.incremental
+            .as_ref()
+            .map_or(0, |d| d.desired().state.services.len())
     }
 
     /// The real servers that drain, and since when.
@@ -325,9 +328,31 @@ impl<D: Dataplane> Syncer<D> {
         &mut self.dataplane
     }
 
-    /// One sync of `cluster`. With `full`, or when the last apply had failures, the kernel
-    /// is read first.
+    /// One sync of `cluster`, its desired state computed whole. With `full`, or when the last
+    /// apply had failures, the kernel is read first.
     pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
+        self.sync_inner(cluster, full, None).await
+    }
+
+    /// One sync of `cluster` when only the Services `changed` (their objects or their
+    /// EndpointSlices) differ from the cluster of the last sync: their part of the desired
+    /// state is recomputed and planned, and the rest is not looked at. Falls back to a whole
+    /// sync when that cannot be done (the first sync, a failure before, the Node changed, a
+    /// virtual server two Services want).
+    pub async fn sync_changed(
+        &mut self,
+        cluster: &Cluster,
+        changed: &BTreeSet<ServiceRef>,
+    ) -> Result<Report, Error> {
+        self.sync_inner(cluster, false, Some(changed)).await
+    }
+
+    async fn sync_inner(
+        &mut self,
+        cluster: &Cluster,
+        full: bool,
+        changed: Option<&BTreeSet<ServiceRef>>,
+    ) -> Result<Report, Error> {
         let started = std::time::Instant::now();
         // The loop's clock, which tests can pause.
         let now = Instant::now().into_std();
@@ -342,13 +367,32 @@ impl<D: Dataplane> Syncer<D> {
         }
         // The first sync of this process programs the priority Services (the API server's,
         // the cluster DNS) before computing and applying everything else.
-        let first = if self.last_desired.is_none() {
+        let first = if self.incremental.is_none() {
             self.program_priority(cluster).await?
         } else {
             None
         };
         let shadow = self.shadow.as_mut().expect("observed above");
-        let want = desired(cluster, &self.config, &shadow.host);
+        // Only the changed Services, when the last plan went in whole and the kernel was not
+        // read again (a read may find drift anywhere); else the whole state.
+        let changed_slices = changed.map(|c| cluster.slices_of_services(c));
+        let scope = match (changed, &changed_slices, self.incremental.as_mut()) {
+            (Some(changed), Some(slices), Some(inc)) if !full && self.settled => {
+                inc.update_with(cluster, &shadow.host, changed, slices)
+            }
+            _ => None,
+        };
+        // What the rest of the sync looks at when only some Services changed.
+        let only = changed
+            .zip(changed_slices.as_ref())
+            .filter(|_| scope.is_some());
+        let previous = if scope.is_none() {
+            let built = Incremental::build(cluster, &self.config, &shadow.host);
+            self.incremental.replace(built)
+        } else {
+            None
+        };
+        let want = self.incremental.as_ref().expect("built above").desired();
         let health_check_addresses =
             crate::model::desired::health_check_addresses(cluster, &self.config, &shadow.host);
         // Read only with the kernel (counts are cleared from the shadow after each sync).
@@ -362,26 +406,57 @@ impl<D: Dataplane> Syncer<D> {
                 .map(|c| u64::from(c.active) + u64::from(c.inactive))
                 .sum()
         });
-        let conntrack = conntrack_filter(cluster, &self.config, &shadow.host);
+        let conntrack = match only {
+            Some(only) => conntrack_filter_of(cluster, &self.config, &shadow.host, Some(only)),
+            None => conntrack_filter(cluster, &self.config, &shadow.host),
+        };
         let timeout = self.config.graceful_termination_timeout;
         let drained_before: BTreeSet<DestinationKey> = self.draining.keys().copied().collect();
-        self.draining.track(&want.state, &shadow.state, now);
-        let p = plan_draining(
-            &want.state,
-            &shadow.state,
-            &self.config.exclude_cidrs,
-            &self.draining.expired(now, timeout),
-        );
+        let track = |draining: &mut Draining, shadow: &KernelState| match &scope {
+            Some(scope) => draining.track_keys(&want.state, shadow, now, &scope.services),
+            None => draining.track(&want.state, shadow, now),
+        };
+        track(&mut self.draining, &shadow.state);
+        let expired = self.draining.expired(now, timeout);
+        let p = match &scope {
+            Some(scope) => plan_scoped(
+                &want.state,
+                &shadow.state,
+                &self.config.exclude_cidrs,
+                &expired,
+                scope,
+            ),
+            None => plan_draining(
+                &want.state,
+                &shadow.state,
+                &self.config.exclude_cidrs,
+                &expired,
+            ),
+        };
         // With the desired state unchanged and the last plan applied whole, what a full sync
         // still changes was changed behind the agent's back.
-        let drift = if full && self.settled && self.last_desired.as_ref() == Some(&want.state) {
+        let drift = if full
+            && self.settled
+            && previous.as_ref().map(|p| &p.desired().state) == Some(&want.state)
+        {
             Drift::of(&p, &shadow.state)
         } else {
             Drift::default()
         };
-        let no_local_endpoints = want.no_local_endpoints.clone();
-        self.last_desired = Some(want.state.clone());
-        let mut warnings = want.conflicts;
+        drop(previous);
+        // Every family served, so that a count that fell to nothing reads 0.
+        let no_local_endpoints = self
+            .config
+            .families
+            .iter()
+            .map(|f| {
+                (
+                    *f,
+                    want.no_local_endpoints.get(f).copied().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mut warnings = want.conflicts.clone();
         warnings.extend(p.warnings.iter().cloned());
         // Until the plan is known to be applied whole (an error leaves it half done).
         self.settled = false;
@@ -394,10 +469,12 @@ impl<D: Dataplane> Syncer<D> {
         // Slice changes count as programmed once a plan went in whole; after a failure they
         // wait for the retry that succeeds.
         let programmed = if self.settled {
-            self.triggers.programmed(cluster)
+            self.triggers
+                .programmed(cluster, only.map(|(_, slices)| slices))
         } else {
             Vec::new()
         };
+        let shadow = self.shadow.as_mut().expect("observed above");
         if applied.failed.is_empty() {
             for op in &p.ops {
                 // The plan was made against the shadow, so replaying it cannot fail.
@@ -408,13 +485,31 @@ impl<D: Dataplane> Syncer<D> {
             self.shadow = None;
         }
         if let Some(shadow) = &mut self.shadow {
-            // Connection counts change without the agent: they are only good for this sync.
-            for vs in shadow.state.services.values_mut() {
-                vs.connections.clear();
+            // Connection counts change without the agent: they are only good for the sync
+            // that read them.
+            if full {
+                for vs in shadow.state.services.values_mut() {
+                    vs.connections.clear();
+                }
             }
-            self.draining.track(&want.state, &shadow.state, now);
+            let want = &self
+                .incremental
+                .as_ref()
+                .expect("built above")
+                .desired()
+                .state;
+            match &scope {
+                Some(scope) => self
+                    .draining
+                    .track_keys(want, &shadow.state, now, &scope.services),
+                None => self.draining.track(want, &shadow.state, now),
+            }
         }
-        let conntrack = self.clean_conntrack(conntrack, &mut warnings).await;
+        let conntrack = if scope.is_some() {
+            self.clean_changed_conntrack(conntrack, &mut warnings).await
+        } else {
+            self.clean_conntrack(conntrack, &mut warnings).await
+        };
         let (p, applied) = match first {
             Some((first, first_applied)) => (
                 Plan {
@@ -528,6 +623,28 @@ impl<D: Dataplane> Syncer<D> {
         cleaned
     }
 
+    /// The conntrack pass of a sync that changed some Services: the flows to their UDP
+    /// frontends answered by none of their serving endpoints. The whole-cluster filter of the
+    /// last full pass is left as it is; the next full sync compares against it.
+    async fn clean_changed_conntrack(
+        &mut self,
+        filter: ConntrackFilter,
+        warnings: &mut Vec<String>,
+    ) -> Vec<Cleaned> {
+        if filter.is_empty() {
+            return Vec::new();
+        }
+        match self.dataplane.clean_conntrack(&filter).await {
+            Ok(cleaned) => cleaned,
+            Err(e) => {
+                warnings.push(format!("conntrack cleanup failed; retrying: {e}"));
+                // The next full sync does the whole pass again.
+                self.conntrack = None;
+                Vec::new()
+            }
+        }
+    }
+
     /// How soon draining needs a full sync: at once when a real server started draining since
     /// the kernel was last read (its counts are unknown, and most are already idle), else when
     /// the first bound runs out (no read needed then, but a sync is).
@@ -569,6 +686,7 @@ pub async fn run<D: Dataplane>(
     let mut last_blocked: Option<String> = None;
     // The first pass syncs at once; later ones wait for a change or the full-sync timer.
     let mut wait = false;
+    let mut previous: Option<Arc<Cluster>> = None;
     loop {
         if wait {
             tokio::select! {
@@ -601,7 +719,17 @@ pub async fn run<D: Dataplane>(
         let full = Instant::now() >= next_full;
         wait = true;
         last_sync = Some(Instant::now());
-        let (failed, blocked) = match syncer.sync(&cluster, full).await {
+        // Between full syncs, only the Services that changed since the last snapshot synced.
+        let changed = previous
+            .as_deref()
+            .filter(|_| !full)
+            .and_then(|p| changed_services(p, &cluster));
+        previous = Some(cluster.clone());
+        let result = match &changed {
+            Some(changed) => syncer.sync_changed(&cluster, changed).await,
+            None => syncer.sync(&cluster, full).await,
+        };
+        let (failed, blocked) = match result {
             Ok(report) => {
                 for w in &report.warnings {
                     warn!("{w}");
@@ -668,6 +796,7 @@ mod tests {
     use super::*;
     use crate::model::cluster::Protocol;
     use crate::model::desired::Host;
+    use crate::model::desired::desired;
     use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
     use crate::model::plan::Op;
 
@@ -691,6 +820,36 @@ mod tests {
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c
+    }
+
+    #[tokio::test]
+    async fn a_change_synced_alone_programs_what_a_whole_sync_does() {
+        let mut c = with_kubernetes(web(&["10.244.0.2"]));
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.sync(&c, true).await.unwrap();
+        let before = c.clone();
+        let slice = c
+            .slices
+            .values_mut()
+            .find(|s| s.service.name == "web")
+            .unwrap();
+        let mut endpoint = slice.endpoints[0].clone();
+        endpoint.address = "10.244.0.9".parse().unwrap();
+        slice.endpoints.push(endpoint);
+        let changed = changed_services(&before, &c).unwrap();
+        assert_eq!(changed, BTreeSet::from([ServiceRef::new("default", "web")]));
+        let r = s.sync_changed(&c, &changed).await.unwrap();
+        assert!(!r.full);
+        let ops: Vec<String> = r.plan.ops.iter().map(|o| o.to_string()).collect();
+        assert_eq!(ops, ["add 10.244.0.9:8080 to 10.96.0.10:80/tcp weight 1"]);
+        let mut whole = Syncer::new(Memory::default(), ProxyConfig::default());
+        whole.sync(&c, true).await.unwrap();
+        assert_eq!(s.dataplane().state, whole.dataplane().state);
+        // Nothing changed: nothing planned, and the next full sync finds no drift.
+        let r = s.sync_changed(&c, &BTreeSet::new()).await.unwrap();
+        assert!(r.plan.is_empty());
+        let r = s.sync(&c, true).await.unwrap();
+        assert!(r.plan.is_empty() && r.drift.is_empty());
     }
 
     #[tokio::test]

@@ -249,6 +249,24 @@ impl Cluster {
         SlicesByService(by)
     }
 
+    /// The slices of the Services `ids` alone, grouped as [`Cluster::slices_by_service`]
+    /// groups them: one pass over the slices, cheap per slice (a change of one Service, the
+    /// common case, costs one equality test each).
+    pub fn slices_of_services(&self, ids: &BTreeSet<ServiceRef>) -> SlicesByService<'_> {
+        let mut by = BTreeMap::<&ServiceRef, Vec<&EndpointSlice>>::new();
+        let only = (ids.len() == 1).then(|| ids.first()).flatten();
+        for slice in self.slices.values() {
+            let wanted = match only {
+                Some(id) => slice.service == *id,
+                None => ids.contains(&slice.service),
+            };
+            if wanted {
+                by.entry(&slice.service).or_default().push(slice);
+            }
+        }
+        SlicesByService(by)
+    }
+
     /// Every address family in use by some Service.
     pub fn families(&self) -> BTreeSet<Family> {
         self.services
@@ -256,6 +274,44 @@ impl Cluster {
             .flat_map(|s| s.cluster_ips.iter().map(Family::of))
             .collect()
     }
+}
+
+/// The Services whose object or EndpointSlices differ between two snapshots (deleted and new
+/// ones included), or `None` when the Node differs: a change that reaches every Service.
+/// Costs a comparison per object, not a recomputation.
+pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<ServiceRef>> {
+    if before.node != after.node {
+        return None;
+    }
+    let mut changed = BTreeSet::new();
+    for (id, s) in &after.services {
+        if before.services.get(id) != Some(s) {
+            changed.insert(id.clone());
+        }
+    }
+    for id in before.services.keys() {
+        if !after.services.contains_key(id) {
+            changed.insert(id.clone());
+        }
+    }
+    for (key, s) in &after.slices {
+        match before.slices.get(key) {
+            Some(b) if b == s => {}
+            Some(b) => {
+                changed.insert(b.service.clone());
+                changed.insert(s.service.clone());
+            }
+            None => {
+                changed.insert(s.service.clone());
+            }
+        }
+    }
+    for (key, b) in &before.slices {
+        if !after.slices.contains_key(key) {
+            changed.insert(b.service.clone());
+        }
+    }
+    Some(changed)
 }
 
 /// EndpointSlices grouped by Service ([`Cluster::slices_by_service`]), each group in the order
@@ -268,12 +324,49 @@ impl<'a> SlicesByService<'a> {
     pub fn of(&self, id: &ServiceRef) -> &[&'a EndpointSlice] {
         self.0.get(id).map(Vec::as_slice).unwrap_or(&[])
     }
+
+    /// Every slice held, Service by Service.
+    pub fn all(&self) -> impl Iterator<Item = &'a EndpointSlice> + '_ {
+        self.0.values().flatten().copied()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::fixtures::{cluster, eps, svc};
+
+    #[test]
+    fn changed_services_are_those_whose_object_or_slices_moved() {
+        let before = cluster(
+            vec![svc("a"), svc("b"), svc("c")],
+            vec![
+                eps("a", "p", Protocol::Tcp, 80).ready("10.244.0.1", "n"),
+                eps("b", "p", Protocol::Tcp, 80).ready("10.244.0.2", "n"),
+            ],
+        );
+        let mut after = before.clone();
+        assert_eq!(changed_services(&before, &after), Some(BTreeSet::new()));
+        // a's slice changes, c goes, d comes.
+        after
+            .slices
+            .values_mut()
+            .find(|s| s.service.name == "a")
+            .unwrap()
+            .endpoints
+            .clear();
+        after.services.remove(&ServiceRef::new("default", "c"));
+        let d = svc("d");
+        after.services.insert(d.0.id.clone(), d.0);
+        let names: Vec<String> = changed_services(&before, &after)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["a", "c", "d"]);
+        after.node = Some(Node::default());
+        assert_eq!(changed_services(&before, &after), None);
+    }
 
     #[test]
     fn slices_by_service_groups_as_slices_of_finds() {

@@ -87,6 +87,20 @@ impl ConntrackFilter {
 
 /// The conntrack filter of `cluster` on the host `host`, for the families of `config`.
 pub fn conntrack_filter(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> ConntrackFilter {
+    conntrack_filter_of(cluster, config, host, None)
+}
+
+/// [`conntrack_filter`] for the Services `only` with their slices (all when `None`): the
+/// frontends of the Services a change touched.
+pub fn conntrack_filter_of(
+    cluster: &Cluster,
+    config: &ProxyConfig,
+    host: &Host,
+    only: Option<(
+        &std::collections::BTreeSet<super::cluster::ServiceRef>,
+        &super::cluster::SlicesByService<'_>,
+    )>,
+) -> ConntrackFilter {
     let config = &resolve_node_settings(cluster, config);
     let mut out = ConntrackFilter::default();
     // Topology does not narrow the serving set; it only has to be given.
@@ -98,8 +112,18 @@ pub fn conntrack_filter(cluster: &Cluster, config: &ProxyConfig, host: &Host) ->
         out.node_addresses
             .extend(host.node_port_addresses(*family, config));
     }
-    let slices = cluster.slices_by_service();
-    for service in cluster.services.values() {
+    let all;
+    let (slices, services): (_, Box<dyn Iterator<Item = &super::cluster::Service>>) = match only {
+        Some((ids, slices)) => (
+            slices,
+            Box::new(ids.iter().filter_map(|id| cluster.services.get(id))),
+        ),
+        None => {
+            all = cluster.slices_by_service();
+            (&all, Box::new(cluster.services.values()))
+        }
+    };
+    for service in services {
         if service.kind == ServiceType::ExternalName {
             continue;
         }

@@ -50,6 +50,37 @@ impl Draining {
         self.since = since;
     }
 
+    /// [`Draining::track`] for the virtual servers `keys` alone (the others are unchanged
+    /// since the last call).
+    pub fn track_keys(
+        &mut self,
+        desired: &KernelState,
+        observed: &KernelState,
+        now: Instant,
+        keys: &BTreeSet<VsKey>,
+    ) {
+        let before = std::mem::take(&mut self.since);
+        let (mut kept, old): (BTreeMap<_, _>, BTreeMap<_, _>) = before
+            .into_iter()
+            .partition(|((k, _), _)| !keys.contains(k));
+        for key in keys {
+            let (Some(have), Some(want)) = (observed.services.get(key), desired.services.get(key))
+            else {
+                continue;
+            };
+            if key.protocol != Protocol::Tcp {
+                continue;
+            }
+            for d in have.destinations.keys() {
+                if !want.destinations.contains_key(d) {
+                    let started = old.get(&(*key, *d)).copied().unwrap_or(now);
+                    kept.insert((*key, *d), started);
+                }
+            }
+        }
+        self.since = kept;
+    }
+
     /// The draining real servers that have drained for `timeout` or longer at `now`; with a
     /// zero `timeout`, every one of them.
     pub fn expired(&self, now: Instant, timeout: Duration) -> BTreeSet<DestinationKey> {

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use super::cluster::{Cluster, EndpointSlice, Family, Node, ServiceRef};
+use super::cluster::{Cluster, EndpointSlice, Family, Node, Service, ServiceRef, SlicesByService};
 use super::config::ProxyConfig;
 use super::desired::{
     Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
@@ -117,21 +117,24 @@ impl Incremental {
         host: &Host,
         changed: &BTreeSet<ServiceRef>,
     ) -> Option<Scope> {
+        self.update_with(cluster, host, changed, &cluster.slices_of_services(changed))
+    }
+
+    /// [`Incremental::update`] with the slices of the changed Services already found.
+    pub fn update_with(
+        &mut self,
+        cluster: &Cluster,
+        host: &Host,
+        changed: &BTreeSet<ServiceRef>,
+        slices: &SlicesByService<'_>,
+    ) -> Option<Scope> {
         if cluster.node != self.node || *host != self.host {
             return None;
         }
-        // One pass over the slices finds those of the changed Services (a namespace may hold
-        // them all, so asking per Service would scan it each time).
-        let mut slices: HashMap<&ServiceRef, Vec<&EndpointSlice>> = HashMap::new();
-        for s in cluster.slices.values() {
-            if changed.contains(&s.service) {
-                slices.entry(&s.service).or_default().push(s);
-            }
-        }
-        let present: Vec<_> = changed
+        let present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
             .iter()
             .filter_map(|id| cluster.services.get(id))
-            .map(|svc| (svc, slices.remove(&svc.id).unwrap_or_default()))
+            .map(|svc| (svc, slices.of(&svc.id).to_vec()))
             .collect();
         let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
         if !fresh.conflicts.is_empty() {

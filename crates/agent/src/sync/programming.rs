@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::model::cluster::{Cluster, Family};
+use crate::model::cluster::{Cluster, EndpointSlice, Family, SlicesByService};
 
 /// The trigger times already observed, per slice.
 #[derive(Debug)]
@@ -31,9 +31,20 @@ impl TriggerTimes {
 
     /// The trigger times of `cluster` not observed yet (with their slice's family), marked as
     /// observed: call it once the sync that programmed `cluster` has applied its whole plan.
-    pub fn programmed(&mut self, cluster: &Cluster) -> Vec<(Family, SystemTime)> {
+    /// With `only`, the slices of those Services alone (a sync that changed just them), and
+    /// deleted slices are forgotten at the next whole pass.
+    pub fn programmed(
+        &mut self,
+        cluster: &Cluster,
+        only: Option<&SlicesByService<'_>>,
+    ) -> Vec<(Family, SystemTime)> {
         let mut out = Vec::new();
-        for (key, slice) in &cluster.slices {
+        let slices: Box<dyn Iterator<Item = &EndpointSlice>> = match only {
+            Some(only) => Box::new(only.all()),
+            None => Box::new(cluster.slices.values()),
+        };
+        for slice in slices {
+            let key = &(slice.service.namespace.clone(), slice.name.clone());
             let Some(t) = slice.trigger_time.filter(|t| *t > self.start) else {
                 continue;
             };
@@ -41,6 +52,9 @@ impl TriggerTimes {
                 out.push((slice.family, t));
                 self.seen.insert(key.clone(), t);
             }
+        }
+        if only.is_some() {
+            return out;
         }
         // Deleted slices are forgotten, so the map never outgrows the cluster.
         self.seen.retain(|k, t| {
@@ -50,6 +64,13 @@ impl TriggerTimes {
                 .is_some_and(|s| s.trigger_time == Some(*t))
         });
         out
+    }
+}
+
+#[cfg(test)]
+impl TriggerTimes {
+    fn programmed_all(&mut self, cluster: &Cluster) -> Vec<(Family, SystemTime)> {
+        self.programmed(cluster, None)
     }
 }
 
@@ -80,27 +101,30 @@ mod tests {
         let mut times = TriggerTimes::new(at(100));
         // Triggered before the agent started: the state it found, not its work.
         assert_eq!(
-            times.programmed(&with_trigger(Some(at(50)), Family::V4)),
+            times.programmed_all(&with_trigger(Some(at(50)), Family::V4)),
             vec![]
         );
-        assert_eq!(times.programmed(&with_trigger(None, Family::V4)), vec![]);
         assert_eq!(
-            times.programmed(&with_trigger(Some(at(150)), Family::V6)),
+            times.programmed_all(&with_trigger(None, Family::V4)),
+            vec![]
+        );
+        assert_eq!(
+            times.programmed_all(&with_trigger(Some(at(150)), Family::V6)),
             vec![(Family::V6, at(150))]
         );
         // The same change synced again (a full resync) is not observed twice.
         assert_eq!(
-            times.programmed(&with_trigger(Some(at(150)), Family::V6)),
+            times.programmed_all(&with_trigger(Some(at(150)), Family::V6)),
             vec![]
         );
         assert_eq!(
-            times.programmed(&with_trigger(Some(at(160)), Family::V6)),
+            times.programmed_all(&with_trigger(Some(at(160)), Family::V6)),
             vec![(Family::V6, at(160))]
         );
         // A slice deleted and made again with the same time counts again.
-        assert_eq!(times.programmed(&cluster(vec![], vec![])), vec![]);
+        assert_eq!(times.programmed_all(&cluster(vec![], vec![])), vec![]);
         assert_eq!(
-            times.programmed(&with_trigger(Some(at(160)), Family::V4)),
+            times.programmed_all(&with_trigger(Some(at(160)), Family::V4)),
             vec![(Family::V4, at(160))]
         );
     }

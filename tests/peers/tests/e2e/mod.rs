@@ -226,7 +226,7 @@ fn e2e_the_node_deleted_and_made_again() {
 }
 
 /// A load balancer with `externalTrafficPolicy: Local`, health-checked on `port`, with a
-/// ready endpoint on the node `peers-e2e-hc`.
+/// ready endpoint on the node `peers-e2e-hc` (the Node of scenario id `e2e-hc`).
 fn health_checked(port: u16) -> String {
     format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{name: hc-held}}\nspec:\n  type: LoadBalancer\n  clusterIP: 10.96.201.10\n\
@@ -239,26 +239,19 @@ fn health_checked(port: u16) -> String {
 #[test]
 fn e2e_a_health_check_port_another_program_holds_is_an_event_on_its_service() {
     let (_guard, cp, cluster, _ns) = connect();
-    let indented: String = health_checked(32201)
-        .lines()
-        .map(|l| format!("  {l}\n"))
-        .collect();
-    let text = format!(
-        "description: a health-check node port that cannot be bound\nobjects: |\n{indented}"
-    );
-    let s = scenario::parse("e2e-hc", &text).expect("the scenario");
+    // The nodes start with other Services; the load balancer comes once its health-check
+    // port is held (a Service's health-check port cannot change).
+    let s = base("e2e-hc");
     let mut pair = Pair::start(&cp, &cluster, &s, true).expect("start");
-    compare_clean(&pair, "with the health-check port free");
-    // Another program takes the port the Service moves to, on both nodes.
     let held = 32202;
     let holders = [pair.kp.hold_port(held), pair.ag.hold_port(held)];
     let step = scenario::Step {
-        name: "the health-check port moves to a held one".into(),
+        name: "a load balancer whose health-check port is held".into(),
         apply: health_checked(held),
         delete: vec![],
         node_labels: Default::default(),
     };
-    pair.step(&cluster, &step).expect("the move");
+    pair.step(&cluster, &step).expect("the load balancer");
     // Each program reports it once on the Service, kube-proxy as "kube-proxy".
     let deadline = Instant::now() + Duration::from_secs(60);
     let events = loop {
