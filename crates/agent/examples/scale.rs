@@ -208,7 +208,7 @@ fn cluster(n: usize) -> Cluster {
             .collect();
         c.slices.insert(
             (id.namespace.clone(), format!("{}-x", id.name)),
-            EndpointSlice {
+            Arc::new(EndpointSlice {
                 name: format!("{}-x", id.name),
                 service: id.clone(),
                 family: Family::V4,
@@ -219,9 +219,9 @@ fn cluster(n: usize) -> Cluster {
                 }],
                 endpoints,
                 trigger_time: None,
-            },
+            }),
         );
-        c.services.insert(id, service);
+        c.services.insert(id, Arc::new(service));
     }
     c
 }
@@ -504,7 +504,7 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
     let (mut alone, mut whole) = (Vec::new(), Vec::new());
     for c in 0..changes {
         let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-        let slice = cluster.slices.get_mut(k).unwrap();
+        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
         slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
         let changed = BTreeSet::from([slice.service.clone()]);
         let t = Instant::now();
@@ -679,7 +679,7 @@ fn agent_child(n: usize, changes: usize) {
         // Every 10th change, the pure stages alone (desired, then the plan against the
         // state before the change) are timed as well.
         let prev = (c % 10 == 0).then(|| desired(&cluster, &config, &host));
-        let slice = cluster.slices.get_mut(k).unwrap();
+        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
         slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
         let changed = BTreeSet::from([slice.service.clone()]);
         if let Some(prev) = prev {

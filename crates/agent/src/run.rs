@@ -614,16 +614,24 @@ mod tests {
     #[test]
     fn changes_count_added_modified_and_removed_objects() {
         let mut a = Cluster::default();
-        a.slices
-            .insert(("default".into(), "a".into()), slice("a", 80));
-        a.slices
-            .insert(("default".into(), "b".into()), slice("b", 80));
+        a.slices.insert(
+            ("default".into(), "a".into()),
+            std::sync::Arc::new(slice("a", 80)),
+        );
+        a.slices.insert(
+            ("default".into(), "b".into()),
+            std::sync::Arc::new(slice("b", 80)),
+        );
         let mut b = a.clone();
-        b.slices
-            .insert(("default".into(), "a".into()), slice("a", 81)); // modified
+        b.slices.insert(
+            ("default".into(), "a".into()),
+            std::sync::Arc::new(slice("a", 81)),
+        ); // modified
         b.slices.remove(&("default".into(), "b".into())); // removed
-        b.slices
-            .insert(("default".into(), "c".into()), slice("c", 80)); // added
+        b.slices.insert(
+            ("default".into(), "c".into()),
+            std::sync::Arc::new(slice("c", 80)),
+        ); // added
         assert_eq!(count_changes(Some(&a), Some(&b)), (0, 3));
         assert_eq!(count_changes(None, Some(&a)), (0, 2));
         assert_eq!(count_changes(Some(&a), Some(&a)), (0, 0));

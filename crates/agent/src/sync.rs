@@ -828,11 +828,12 @@ mod tests {
         let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
         s.sync(&c, true).await.unwrap();
         let before = c.clone();
-        let slice = c
-            .slices
-            .values_mut()
-            .find(|s| s.service.name == "web")
-            .unwrap();
+        let slice = Arc::make_mut(
+            c.slices
+                .values_mut()
+                .find(|s| s.service.name == "web")
+                .unwrap(),
+        );
         let mut endpoint = slice.endpoints[0].clone();
         endpoint.address = "10.244.0.9".parse().unwrap();
         slice.endpoints.push(endpoint);
@@ -1175,11 +1176,12 @@ mod tests {
     fn dns(endpoints: &[&str]) -> Cluster {
         let mut c = web(endpoints);
         for s in c.services.values_mut() {
+            let s = Arc::make_mut(s);
             s.ports[0].protocol = Protocol::Udp;
             s.ports[0].port = 53;
         }
         for s in c.slices.values_mut() {
-            s.ports[0].protocol = Protocol::Udp;
+            Arc::make_mut(s).ports[0].protocol = Protocol::Udp;
         }
         c
     }

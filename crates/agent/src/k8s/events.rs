@@ -59,13 +59,16 @@ fn event(
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = regarding.name.clone().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
     Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
+            // client-go's name: the object's, a dot, the time in hex nanoseconds (a
+            // generateName ending in a dot is refused: it is no DNS subdomain).
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
             namespace: Some(namespace),
             ..ObjectMeta::default()
         },
-        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        event_time: Some(MicroTime(now)),
         action: Some(action.into()),
         reason: Some(reason.into()),
         note: Some(note),
@@ -101,7 +104,11 @@ mod tests {
             "Address already in use (os error 98)",
         );
         assert_eq!(e.metadata.namespace.as_deref(), Some("prod"));
-        assert_eq!(e.metadata.generate_name.as_deref(), Some("api."));
+        let name = e.metadata.name.clone().unwrap();
+        let (object, time) = name.split_once('.').unwrap();
+        assert_eq!(object, "api");
+        assert!(u128::from_str_radix(time, 16).is_ok(), "{name}");
+        assert!(e.metadata.generate_name.is_none());
         assert_eq!(e.type_.as_deref(), Some("Warning"));
         assert_eq!(e.reason.as_deref(), Some("FailedToStartServiceHealthcheck"));
         assert_eq!(e.action.as_deref(), Some("Listen"));

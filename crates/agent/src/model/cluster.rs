@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ipnet::IpNet;
@@ -217,10 +218,11 @@ pub struct Node {
 /// Everything the desired state is computed from, besides the configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cluster {
-    /// Services by namespace and name.
-    pub services: BTreeMap<ServiceRef, Service>,
-    /// EndpointSlices by (namespace, slice name).
-    pub slices: BTreeMap<(String, String), EndpointSlice>,
+    /// Services by namespace and name. Shared: snapshots taken one after the other hold the
+    /// unchanged objects once, and tell them unchanged by pointer.
+    pub services: BTreeMap<ServiceRef, Arc<Service>>,
+    /// EndpointSlices by (namespace, slice name), shared as the Services are.
+    pub slices: BTreeMap<(String, String), Arc<EndpointSlice>>,
     /// The agent's Node, when known.
     pub node: Option<Node>,
 }
@@ -234,7 +236,7 @@ impl Cluster {
         self.slices
             .range((id.namespace.clone(), String::new())..)
             .take_while(move |((ns, _), _)| *ns == id.namespace)
-            .map(|(_, s)| s)
+            .map(|(_, s)| &**s)
             .filter(move |s| s.service == *id)
     }
 
@@ -284,8 +286,10 @@ pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<Se
         return None;
     }
     let mut changed = BTreeSet::new();
+    let same =
+        |a: Option<&Arc<Service>>, b: &Arc<Service>| a.is_some_and(|a| Arc::ptr_eq(a, b) || a == b);
     for (id, s) in &after.services {
-        if before.services.get(id) != Some(s) {
+        if !same(before.services.get(id), s) {
             changed.insert(id.clone());
         }
     }
@@ -296,7 +300,7 @@ pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<Se
     }
     for (key, s) in &after.slices {
         match before.slices.get(key) {
-            Some(b) if b == s => {}
+            Some(b) if Arc::ptr_eq(b, s) || b == s => {}
             Some(b) => {
                 changed.insert(b.service.clone());
                 changed.insert(s.service.clone());
@@ -348,16 +352,18 @@ mod tests {
         let mut after = before.clone();
         assert_eq!(changed_services(&before, &after), Some(BTreeSet::new()));
         // a's slice changes, c goes, d comes.
-        after
-            .slices
-            .values_mut()
-            .find(|s| s.service.name == "a")
-            .unwrap()
-            .endpoints
-            .clear();
+        Arc::make_mut(
+            after
+                .slices
+                .values_mut()
+                .find(|s| s.service.name == "a")
+                .unwrap(),
+        )
+        .endpoints
+        .clear();
         after.services.remove(&ServiceRef::new("default", "c"));
         let d = svc("d");
-        after.services.insert(d.0.id.clone(), d.0);
+        after.services.insert(d.0.id.clone(), Arc::new(d.0));
         let names: Vec<String> = changed_services(&before, &after)
             .unwrap()
             .into_iter()

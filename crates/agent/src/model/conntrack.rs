@@ -116,11 +116,14 @@ pub fn conntrack_filter_of(
     let (slices, services): (_, Box<dyn Iterator<Item = &super::cluster::Service>>) = match only {
         Some((ids, slices)) => (
             slices,
-            Box::new(ids.iter().filter_map(|id| cluster.services.get(id))),
+            Box::new(
+                ids.iter()
+                    .filter_map(|id| cluster.services.get(id).map(|s| &**s)),
+            ),
         ),
         None => {
             all = cluster.slices_by_service();
-            (&all, Box::new(cluster.services.values()))
+            (&all, Box::new(cluster.services.values().map(|s| &**s)))
         }
     };
     for service in services {

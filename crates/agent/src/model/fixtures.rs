@@ -151,11 +151,13 @@ pub fn node_in(zone: Option<&str>) -> Node {
 pub fn cluster(services: Vec<Svc>, slices: Vec<Eps>) -> Cluster {
     let mut c = Cluster::default();
     for s in services {
-        c.services.insert(s.0.id.clone(), s.0);
+        c.services.insert(s.0.id.clone(), std::sync::Arc::new(s.0));
     }
     for e in slices {
-        c.slices
-            .insert((e.0.service.namespace.clone(), e.0.name.clone()), e.0);
+        c.slices.insert(
+            (e.0.service.namespace.clone(), e.0.name.clone()),
+            std::sync::Arc::new(e.0),
+        );
     }
     c
 }

@@ -134,7 +134,7 @@ impl Incremental {
         let present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
             .iter()
             .filter_map(|id| cluster.services.get(id))
-            .map(|svc| (svc, slices.of(&svc.id).to_vec()))
+            .map(|svc| (&**svc, slices.of(&svc.id).to_vec()))
             .collect();
         let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
         if !fresh.conflicts.is_empty() {

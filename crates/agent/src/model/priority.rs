@@ -37,7 +37,7 @@ pub fn priority_cluster(cluster: &Cluster) -> Option<Cluster> {
         for slice in cluster.slices_of(&id) {
             out.slices.insert(
                 (slice.service.namespace.clone(), slice.name.clone()),
-                slice.clone(),
+                std::sync::Arc::new(slice.clone()),
             );
         }
         out.services.insert(id, service.clone());

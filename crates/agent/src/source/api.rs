@@ -453,18 +453,19 @@ fn from_result<M>(r: Result<Option<M>, ConvertError>) -> (Option<M>, Option<Conv
 }
 
 impl Watched for core::Service {
-    type Model = cluster::Service;
+    // Shared with every snapshot: an object is held once, however many snapshots hold it.
+    type Model = Arc<cluster::Service>;
     const KIND: &'static str = "Service";
     fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>) {
-        from_result(convert::service(self))
+        from_result(convert::service(self).map(|m| m.map(Arc::new)))
     }
 }
 
 impl Watched for discovery::EndpointSlice {
-    type Model = cluster::EndpointSlice;
+    type Model = Arc<cluster::EndpointSlice>;
     const KIND: &'static str = "EndpointSlice";
     fn convert(&self) -> (Option<Self::Model>, Option<ConvertError>) {
-        from_result(convert::endpoint_slice(self))
+        from_result(convert::endpoint_slice(self).map(|m| m.map(Arc::new)))
     }
 }
 

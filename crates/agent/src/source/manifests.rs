@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1 as core;
@@ -328,7 +329,7 @@ impl<'a> Loader<'a> {
                     return;
                 }
                 self.services_at.insert(svc.id.clone(), origin.to_string());
-                self.cluster.services.insert(svc.id.clone(), svc);
+                self.cluster.services.insert(svc.id.clone(), Arc::new(svc));
             }
             Ok(None) => tracing::debug!(%object, "Service not for kube-proxy, skipped"),
             Err(e) => self.reject(object, e.reason.to_string()),
@@ -350,7 +351,7 @@ impl<'a> Loader<'a> {
                     return;
                 }
                 self.slices_at.insert(key.clone(), origin.to_string());
-                self.cluster.slices.insert(key, slice);
+                self.cluster.slices.insert(key, Arc::new(slice));
             }
             Ok(None) => tracing::debug!(%object, "EndpointSlice not for kube-proxy, skipped"),
             Err(e) => self.reject(object, e.reason.to_string()),

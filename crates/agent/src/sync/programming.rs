@@ -41,7 +41,7 @@ impl TriggerTimes {
         let mut out = Vec::new();
         let slices: Box<dyn Iterator<Item = &EndpointSlice>> = match only {
             Some(only) => Box::new(only.all()),
-            None => Box::new(cluster.slices.values()),
+            None => Box::new(cluster.slices.values().map(|s| &**s)),
         };
         for slice in slices {
             let key = &(slice.service.namespace.clone(), slice.name.clone());

@@ -106,7 +106,7 @@ fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
                 s.0.internal_traffic_policy = TrafficPolicy::Local;
             }
             let id = s.0.id.clone();
-            cl.services.insert(id.clone(), s.0);
+            cl.services.insert(id.clone(), std::sync::Arc::new(s.0));
             id
         }
         Change::DeleteService(which) => {
@@ -138,7 +138,10 @@ fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
                 );
             }
             let id = e.0.service.clone();
-            cl.slices.insert(("default".into(), e.0.name.clone()), e.0);
+            cl.slices.insert(
+                ("default".into(), e.0.name.clone()),
+                std::sync::Arc::new(e.0),
+            );
             id
         }
         Change::DeleteSlice(which, slice) => {
@@ -259,7 +262,8 @@ fn one_endpoint_change_moves_one_real_server_and_nothing_else() {
     );
     let mut inc = Incremental::build(&cl, &cfg, &h);
     let key = ("default".to_string(), "a--abc".to_string());
-    cl.slices.get_mut(&key).unwrap().endpoints[0].address = "10.244.0.9".parse().unwrap();
+    std::sync::Arc::make_mut(cl.slices.get_mut(&key).unwrap()).endpoints[0].address =
+        "10.244.0.9".parse().unwrap();
     let scope = inc
         .update(&cl, &h, &BTreeSet::from([ServiceRef::new("default", "a")]))
         .expect("no conflict");
