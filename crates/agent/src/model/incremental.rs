@@ -2,7 +2,7 @@
 //! changes rather than what the cluster holds.
 //!
 //! [`Incremental::build`] computes the whole state once, as [`super::desired::desired`] does,
-//! and remembers each Service's [`Footprint`]: the keys it put in (virtual servers, set
+//! and remembers each Service's footprint: the keys it put in (virtual servers, set
 //! entries, VIPs, out filters). [`Incremental::update`] takes the changed Services out by their
 //! old footprints and puts them back as they are now, and returns the [`Scope`] of keys that
 //! moved, so that the plan looks at those alone. Entries and VIPs two Services share are
