@@ -728,6 +728,17 @@ fn a_dual_stack_service_answers_on_both_families() {
         node.ask_from_outside("10.96.0.10:80"),
         Ok(node.pods[0].name.clone())
     );
+    // `--cleanup` without flags removes both families' state, as kube-proxy's cleanup does.
+    cleanup();
+    assert!(
+        !sh("ipvsadm -Sn").contains("fd00:"),
+        "IPv6 virtual servers left"
+    );
+    assert!(!sh("ipset list -n").contains("KUBE-"), "sets left");
+    assert!(
+        kube_rules(&sh("ip6tables-save")).is_empty(),
+        "ip6tables chains left"
+    );
 }
 
 #[test]
