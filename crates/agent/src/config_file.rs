@@ -37,7 +37,7 @@ pub use duration::{GoDuration, TimeOrDuration};
 pub use flags::FlagOverrides;
 
 use crate::model::cluster::Family;
-use crate::model::config::{LocalDetector, ProxyConfig};
+use crate::model::config::{LocalDetector, ProxyConfig, VipBinding};
 
 /// The only `apiVersion` kube-proxy reads.
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
@@ -260,6 +260,10 @@ pub struct Ipvs {
     /// kube-proxy file stays kube-proxy's.
     #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
     pub graceful_termination_timeout: Option<GoDuration>,
+    /// The agent's own field: how the VIPs are bound on `kube-ipvs0`, `address` (kube-proxy's
+    /// way, the default) or `route` (`--vip-binding`). Written back only when set.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub vip_binding: Option<String>,
 }
 
 /// `nftables` (nftables mode only).
@@ -1154,6 +1158,14 @@ impl KubeProxyConfiguration {
             }
             Some(d) => d.to_std(),
         };
+        let vip_binding = match &self.ipvs.vip_binding {
+            None => VipBinding::default(),
+            Some(v) => v
+                .parse()
+                .map_err(|e: crate::model::config::BadVipBinding| {
+                    Error::invalid(vec![FieldError::new("ipvs.vipBinding", e.to_string())])
+                })?,
+        };
         Ok(ProxyConfig {
             node_name: node_name.to_string(),
             scheduler: if self.ipvs.scheduler.is_empty() {
@@ -1177,6 +1189,7 @@ impl KubeProxyConfiguration {
             prefer_same_node: true,
             // A fact of the host, read at start.
             kernel_version: None,
+            vip_binding,
         })
     }
 }
@@ -1433,6 +1446,12 @@ pub const FIELDS: &[Field] = &[
         Some("ipvs-graceful-termination-timeout"),
         Used,
         "the agent's own: bound of a removed real server's drain (kube-proxy warns, ignores it)",
+    ),
+    field(
+        "ipvs.vipBinding",
+        Some("vip-binding"),
+        Used,
+        "the agent's own: VIPs as addresses on kube-ipvs0 (kube-proxy's way) or as local routes",
     ),
     field(
         "ipvs.strictARP",

@@ -144,6 +144,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         .context("cannot reach the kernel's IPVS (is the ip_vs module loaded?)")?;
     config.families = families::usable(kernel.backend());
     kernel.set_families(config.families.clone());
+    kernel.set_vip_binding(config.vip_binding);
     info!(families = ?config.families, "serving these IP families (each one whose iptables works on the host, as kube-proxy)");
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
     host_setup(&settings, &kernel).await;
@@ -166,6 +167,19 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
         warn!(error = %format!("{e:#}"), "starting anyway: Services cannot be programmed until the scheduler is available");
+    }
+    // A node switched to the other binding moves its VIPs before the first sync, keeping
+    // each one local throughout (established connections through it go on).
+    match kernel.rebind_vips().await {
+        Ok(applied) => {
+            for (op, e) in &applied.failed {
+                warn!(op = %op, error = %e, "rebinding a VIP failed");
+            }
+            if applied.messages > 0 {
+                info!(binding = %config.vip_binding, requests = applied.messages, failed = applied.failed.len(), "VIPs rebound");
+            }
+        }
+        Err(e) => warn!(error = %e, "cannot read the VIPs' bindings; the sync will"),
     }
     let mut syncer = Syncer::new(kernel, config.clone());
 

@@ -1229,3 +1229,191 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
     assert!(resync.plan.is_empty(), "{:?}", resync.plan.ops);
     cleanup();
 }
+
+/// The agent's VIP routes on `kube-ipvs0` (`--vip-binding=route`), one line per route.
+fn vip_routes() -> String {
+    sh("ip route show table local dev kube-ipvs0 proto 194")
+}
+
+/// `kube-ipvs0`'s IPv4 addresses.
+fn vip_addresses() -> String {
+    sh("ip -4 -br addr show dev kube-ipvs0")
+}
+
+#[test]
+fn vip_routes_carry_cluster_ip_and_hairpin_traffic_without_addresses() {
+    let node = Node::new("viproute", 2);
+    node.write(
+        "web.yaml",
+        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
+    );
+    node.once(&["--vip-binding", "route"]);
+
+    // The VIP is a local route through kube-ipvs0 (still down), not an address.
+    let routes = vip_routes();
+    assert!(
+        routes.contains("local 10.96.0.10 ") && routes.contains("metric 1024"),
+        "{routes}"
+    );
+    assert!(
+        !vip_addresses().contains("10.96.0.10"),
+        "{}",
+        vip_addresses()
+    );
+    let link = sh("ip -br link show kube-ipvs0");
+    assert!(link.contains("DOWN"), "{link}");
+    // The sets are the same as with addresses.
+    let sets = sh("ipset save");
+    assert!(
+        sets.contains("add KUBE-CLUSTER-IP 10.96.0.10,tcp:80"),
+        "{sets}"
+    );
+
+    // rr over two pods alternates, from outside the node...
+    let outside = names(4, || node.ask_from_outside("10.96.0.10:80"));
+    assert_ne!(outside[0], outside[1], "{outside:?}");
+    assert_eq!(outside[0], outside[2], "{outside:?}");
+    // ...from the node itself (the VIP is still the source address the kernel picks)...
+    let host = names(2, || ask_tcp("10.96.0.10:80".parse().unwrap()));
+    assert_ne!(host[0], host[1], "{host:?}");
+    // ...and from a pod to its own Service, reaching itself too.
+    let hairpin = names(4, || node.ask_from_pod(0, "10.96.0.10:80"));
+    assert!(hairpin.contains(&node.pods[0].name), "{hairpin:?}");
+    assert!(hairpin.contains(&node.pods[1].name), "{hairpin:?}");
+
+    // A second run changes nothing; a Service removed takes its route with it.
+    node.once(&["--vip-binding", "route"]);
+    assert_eq!(vip_routes(), routes);
+    node.write(
+        "db.yaml",
+        &service("db", "10.96.0.11", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.once(&["--vip-binding", "route"]);
+    assert!(
+        vip_routes().contains("local 10.96.0.11 "),
+        "{}",
+        vip_routes()
+    );
+    node.remove("db.yaml");
+    node.once(&["--vip-binding", "route"]);
+    assert_eq!(vip_routes(), routes);
+
+    // --cleanup (which knows nothing of the binding) removes the routes with the link.
+    cleanup();
+    let left = sh("ip route show table local");
+    assert!(!left.contains("10.96.0."), "{left}");
+}
+
+#[test]
+fn strict_arp_keeps_vip_routes_from_answering_arp() {
+    let node = Node::new("viparp", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    // The outside client asks for the VIP on its own link (by ARP) instead of via the node.
+    let out = node.outside.name().to_string();
+    sh(&format!("ip -n {out} route add 10.96.0.10/32 dev eth0"));
+    let on_link = |node: &Node| {
+        sh(&format!("ip -n {out} neigh flush dev eth0"));
+        let answer = node.ask_from_outside("10.96.0.10:80");
+        let neigh = sh(&format!("ip -n {out} neigh show 10.96.0.10 dev eth0"));
+        (answer, neigh)
+    };
+    // Without strict ARP, the node answers ARP for any local address, routes included
+    // (as for addresses on kube-ipvs0: why MetalLB asks for strict ARP).
+    node.once(&["--vip-binding", "route"]);
+    let (answer, neigh) = on_link(&node);
+    assert_eq!(answer, Ok(node.pods[0].name.clone()), "{neigh}");
+    assert!(neigh.contains("lladdr"), "{neigh}");
+    // With it (arp_ignore=1), only addresses of the asking interface are answered.
+    node.once(&["--vip-binding", "route", "--ipvs-strict-arp"]);
+    assert_eq!(sh("sysctl -n net.ipv4.conf.all.arp_ignore").trim(), "1");
+    let (answer, neigh) = on_link(&node);
+    assert!(answer.is_err(), "{answer:?}");
+    assert!(!neigh.contains("lladdr"), "{neigh}");
+    // Through the node (routed, no ARP for the VIP) it still answers.
+    sh(&format!("ip -n {out} route del 10.96.0.10/32 dev eth0"));
+    assert_eq!(
+        node.ask_from_outside("10.96.0.10:80"),
+        Ok(node.pods[0].name.clone())
+    );
+}
+
+#[test]
+fn a_node_switches_vip_binding_both_ways_under_an_established_connection() {
+    let node = Node::new("vipswitch", 2);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    node.write(
+        "db.yaml",
+        &service("db", "10.96.0.11", "", "TCP", 80, 8080, &[(1, "node-a")]),
+    );
+    node.once(&[]);
+    assert!(
+        vip_addresses().contains("10.96.0.10/32"),
+        "{}",
+        vip_addresses()
+    );
+    assert!(vip_routes().is_empty(), "{}", vip_routes());
+    let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
+    let (name, conn) = within(&node.outside, move || open_tcp(vip)).unwrap();
+    assert_eq!(name, node.pods[0].name);
+    // The connection talks all along, so a moment without the VIP would show as an error
+    // or a stall (a lost segment waits for a retransmission).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let talker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut conn = conn;
+            let (mut n, mut slowest) = (0u32, Duration::ZERO);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let line = format!("ping {n}");
+                assert_eq!(echo(&mut conn, &line), Ok(line.clone()), "after {n} echoes");
+                slowest = slowest.max(t.elapsed());
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (conn, n, slowest)
+        })
+    };
+    let check = |binding: &str| {
+        let routes = vip_routes();
+        let addresses = vip_addresses();
+        for ip in ["10.96.0.10", "10.96.0.11"] {
+            if binding == "route" {
+                assert!(routes.contains(&format!("local {ip} ")), "{routes}");
+                assert!(!addresses.contains(ip), "{addresses}");
+            } else {
+                assert!(addresses.contains(&format!("{ip}/32")), "{addresses}");
+                assert!(!routes.contains(ip), "{routes}");
+            }
+        }
+        // No bridge route is left on lo.
+        let bridges = sh("ip route show table local dev lo proto 194");
+        assert!(bridges.is_empty(), "{bridges}");
+        assert_eq!(
+            node.ask_from_outside("10.96.0.11:80"),
+            Ok(node.pods[1].name.clone())
+        );
+    };
+    node.once(&["--vip-binding", "route"]);
+    check("route");
+    node.once(&["--vip-binding", "address"]);
+    check("address");
+    node.once(&["--vip-binding", "route"]);
+    check("route");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut conn, n, slowest) = talker.join().unwrap();
+    assert_eq!(echo(&mut conn, "still there"), Ok("still there".into()));
+    assert!(n > 0);
+    // A retransmission after a lost segment waits at least 200 ms; the echoes are a few
+    // milliseconds even under emulation.
+    assert!(
+        slowest < Duration::from_millis(200),
+        "the slowest of {n} echoes took {slowest:?}"
+    );
+}

@@ -163,6 +163,12 @@ impl KubeProxyConfiguration {
             "ipvs-graceful-termination-timeout" => {
                 self.ipvs.graceful_termination_timeout = Some(dur(v)?)
             }
+            "vip-binding" => {
+                let mode: crate::model::config::VipBinding = v
+                    .parse()
+                    .map_err(|e: crate::model::config::BadVipBinding| e.to_string())?;
+                self.ipvs.vip_binding = Some(mode.to_string());
+            }
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
             "iptables-sync-period" => self.iptables.sync_period = dur(v)?,

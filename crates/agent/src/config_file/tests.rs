@@ -585,6 +585,7 @@ fn the_field_table_covers_every_field_once() {
     full.logging.options.text.split_stream = true;
     full.logging.vmodule.push(VModule::default());
     full.ipvs.graceful_termination_timeout = Some(GoDuration::from_secs(60));
+    full.ipvs.vip_binding = Some("route".into());
     let mut paths = BTreeSet::new();
     leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
     paths.remove("featureGates.X");
@@ -609,6 +610,7 @@ fn the_field_table_covers_every_field_once() {
             "kube-api-qps" => "1.5",
             f if f.contains("period") || f.contains("timeout") => "2s",
             "iptables-localhost-nodeports" => "false",
+            "vip-binding" => "route",
             "ipvs-strict-arp"
             | "masquerade-all"
             | "bind-address-hard-fail"
@@ -930,4 +932,52 @@ fn the_graceful_termination_bound_is_read_from_the_file_and_a_flag_overrides_it(
         KubeProxyConfiguration::from_text(&format!("{HEAD}mode: ipvs\n"), Decoding::Strict)
             .unwrap();
     assert!(!c.to_yaml().unwrap().contains("gracefulTerminationTimeout"));
+}
+
+#[test]
+fn the_vip_binding_is_read_from_the_file_and_a_flag_overrides_it() {
+    use crate::model::config::VipBinding;
+    let binding = |text: &str, flags: FlagOverrides| {
+        let (mut c, _) =
+            KubeProxyConfiguration::from_text(&format!("{HEAD}{text}"), Decoding::Strict)?;
+        c.apply_flags(&flags, true)?;
+        c.to_proxy_config("node-a").map(|p| p.vip_binding)
+    };
+    assert_eq!(
+        binding("mode: ipvs\n", FlagOverrides::new()).unwrap(),
+        VipBinding::Address
+    );
+    assert_eq!(
+        binding(
+            "mode: ipvs\nipvs:\n  vipBinding: route\n",
+            FlagOverrides::new()
+        )
+        .unwrap(),
+        VipBinding::Route
+    );
+    assert_eq!(
+        binding(
+            "mode: ipvs\nipvs:\n  vipBinding: route\n",
+            FlagOverrides::new().with("vip-binding", "address")
+        )
+        .unwrap(),
+        VipBinding::Address
+    );
+    let err = binding(
+        "mode: ipvs\n",
+        FlagOverrides::new().with("vip-binding", "routes"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--vip-binding"), "{err}");
+    let err = binding(
+        "mode: ipvs\nipvs:\n  vipBinding: addresses\n",
+        FlagOverrides::new(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("ipvs.vipBinding"), "{err}");
+    // Unset, the effective configuration written back is kube-proxy's own.
+    let (c, _) =
+        KubeProxyConfiguration::from_text(&format!("{HEAD}mode: ipvs\n"), Decoding::Strict)
+            .unwrap();
+    assert!(!c.to_yaml().unwrap().contains("vipBinding"));
 }

@@ -10,9 +10,12 @@
 //! batch, which lets a cold sync use a second core and programs the first Services early.
 //! Every removal, and every operation that is not an addition, waits for the workers first, so
 //! "everything new is added before anything old is removed" still holds.
+//!
+//! The VIPs ("addresses" in the plan) are bound as addresses or as `local` routes according
+//! to `--vip-binding` ([`super::vip`]); both forms are read as the link's addresses.
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,10 +25,12 @@ use std::time::Instant;
 use tracing::{debug, warn};
 
 use super::iptables::{self, Backend, Written};
-use super::link::{Address, Links};
+use super::link::{Address, BRIDGE_ROUTE_METRIC, Links, VIP_ROUTE_METRIC};
 use super::modules::Preloader;
+use super::vip::{self, Bindings, Step};
 use super::{Applied, Dataplane, Error, Observation, sysctl};
 use crate::model::cluster::{Family, Protocol};
+use crate::model::config::VipBinding;
 use crate::model::desired::Host;
 use crate::model::iptables::{removal_input, restore_input};
 use crate::model::kernel::{
@@ -54,8 +59,14 @@ pub struct Kernel {
     sysctl_keys: Vec<String>,
     written: Written,
     link_index: Option<u32>,
+    /// `lo`'s index, for the bridge routes of a switch of binding.
+    lo_index: Option<u32>,
     /// `kube-ipvs0`'s addresses as last observed, to delete them by message.
     bound: BTreeMap<IpAddr, Address>,
+    /// How new VIPs are bound.
+    vip_binding: VipBinding,
+    /// The VIPs' bindings as last observed, kept up to date by the changes sent since.
+    vips: Bindings,
     /// Scheduler modules loaded before IPVS's first use of them.
     modules: Preloader,
 }
@@ -78,7 +89,10 @@ impl Kernel {
             sysctl_keys,
             written: Written::default(),
             link_index: None,
+            lo_index: None,
             bound: BTreeMap::new(),
+            vip_binding: VipBinding::default(),
+            vips: Bindings::default(),
             modules: Preloader::default(),
         })
     }
@@ -87,6 +101,129 @@ impl Kernel {
     /// is).
     pub fn set_families(&mut self, families: Vec<Family>) {
         self.families = families;
+    }
+
+    /// Binds new VIPs as `mode` says from now on (see [`Kernel::rebind_vips`] for those
+    /// already bound).
+    pub fn set_vip_binding(&mut self, mode: VipBinding) {
+        self.vip_binding = mode;
+    }
+
+    /// Moves every VIP bound on `kube-ipvs0` into the form of the binding set with
+    /// [`Kernel::set_vip_binding`] (addresses to routes or back), so that a node switches
+    /// binding at the agent's start without a moment in which a VIP is not local. Finishes
+    /// a switch that was cut short. Failures are reported, not returned.
+    pub async fn rebind_vips(&mut self) -> Result<Applied, Error> {
+        self.read_bindings().await?;
+        Ok(self.converge(&BTreeMap::new()).await)
+    }
+
+    /// Reads `kube-ipvs0`, `lo`, every address and the agent's routes; returns the
+    /// interfaces and addresses for the host's facts.
+    async fn read_bindings(&mut self) -> Result<(BTreeMap<u32, String>, Vec<Address>), Error> {
+        let interfaces = self.links.interfaces().await?;
+        let addresses = self.links.addresses().await?;
+        let routes = self.links.vip_routes().await?;
+        let index_of = |name: &str| interfaces.iter().find(|(_, n)| *n == name).map(|(i, _)| *i);
+        self.link_index = index_of(LINK_NAME);
+        self.lo_index = index_of("lo");
+        self.bound.clear();
+        self.vips = Bindings::default();
+        for a in &addresses {
+            if Some(a.index) == self.link_index {
+                self.vips.addresses.insert(a.ip);
+                self.bound.insert(a.ip, a.clone());
+            }
+        }
+        for r in routes {
+            if Some(r.index) == self.link_index && r.metric == VIP_ROUTE_METRIC {
+                self.vips.routes.insert(r.ip);
+            } else if Some(r.index) == self.lo_index && r.metric == BRIDGE_ROUTE_METRIC {
+                self.vips.bridges.insert(r.ip);
+            }
+        }
+        Ok((interfaces, addresses))
+    }
+
+    /// The kernel requests of `step`; `None` when a link it needs is missing.
+    fn action(&self, step: &Step) -> Option<Action> {
+        let link = self.link_index;
+        Some(match *step {
+            Step::BindAddress(ip) => Action::AddAddress(link?, ip),
+            Step::UnbindAddress(ip) => Action::DelAddress(
+                self.bound
+                    .get(&ip)
+                    .cloned()
+                    .unwrap_or_else(|| Links::address_on(link.unwrap_or(0), ip)),
+            ),
+            Step::AddRoute(ip) => Action::AddRoute(link?, ip, VIP_ROUTE_METRIC),
+            Step::DelRoute(ip) => Action::DelRoute(link?, ip, VIP_ROUTE_METRIC),
+            Step::AddBridge(ip) => Action::AddRoute(self.lo_index?, ip, BRIDGE_ROUTE_METRIC),
+            Step::DelBridge(ip) => Action::DelRoute(self.lo_index?, ip, BRIDGE_ROUTE_METRIC),
+        })
+    }
+
+    /// Runs [`vip::converge`] from the bindings known: every VIP into the mode's form, those
+    /// of `gone` (with their plan operations' texts) unbound. Reports each operation of
+    /// `gone` done or failed, and every other failed step.
+    async fn converge(&mut self, gone: &BTreeMap<IpAddr, String>) -> Applied {
+        let mut applied = Applied::default();
+        let gone_ips: BTreeSet<IpAddr> = gone.keys().copied().collect();
+        let phases = if self.link_index.is_some() {
+            vip::converge(self.vip_binding, &self.vips, &gone_ips)
+        } else {
+            // No link, so nothing bound on it; only bridges may be left.
+            vec![
+                self.vips
+                    .bridges
+                    .iter()
+                    .map(|ip| Step::DelBridge(*ip))
+                    .collect(),
+            ]
+        };
+        let mut failed: BTreeMap<IpAddr, String> = BTreeMap::new();
+        for phase in phases {
+            let t = Instant::now();
+            let mut jobs = Vec::with_capacity(phase.len());
+            let mut sent = Vec::with_capacity(phase.len());
+            for step in &phase {
+                match self.action(step) {
+                    Some(action) => {
+                        jobs.push((step.to_string(), vec![action]));
+                        sent.push(*step);
+                    }
+                    None => {
+                        failed.insert(step.ip(), format!("{step}: a link is missing"));
+                    }
+                }
+                self.vips.record(step);
+            }
+            let results = run_jobs(&self.links, jobs).await;
+            applied.messages += results.len();
+            for ((text, r), step) in results.into_iter().zip(&sent) {
+                if let Err(e) = r {
+                    failed.entry(step.ip()).or_insert_with(|| e.to_string());
+                    if !gone.contains_key(&step.ip()) {
+                        applied.failed.push((text, e.to_string()));
+                    }
+                }
+            }
+            debug!(steps = phase.len(), elapsed = ?t.elapsed(), "rebound VIPs");
+        }
+        for (ip, text) in gone {
+            match failed.get(ip) {
+                Some(e) => applied.failed.push((text.clone(), e.clone())),
+                None => applied.done += 1,
+            }
+        }
+        if !applied.failed.is_empty() {
+            // What the kernel holds is not known now: the next observation reads it.
+            warn!(
+                failed = applied.failed.len(),
+                "some VIP bindings could not be changed"
+            );
+        }
+        applied
     }
 
     /// The iptables backend in use.
@@ -197,40 +334,54 @@ impl Kernel {
         Ok(out)
     }
 
-    /// The address jobs of `ops` (owned, so a worker can run them), or their failures when
-    /// `kube-ipvs0` is missing.
-    fn address_jobs(&self, ops: &[&Op], applied: &mut Applied) -> Option<(u32, Vec<AddressJob>)> {
-        let Some(index) = self.link_index else {
+    /// The VIP jobs of `ops` (owned, so a worker can run them), and the VIPs that must go
+    /// through [`Kernel::converge`] instead, with their operations' texts; failures when
+    /// `kube-ipvs0` is missing. The known bindings are updated as if every job succeeded
+    /// (a failure makes the sync read the kernel again).
+    fn address_jobs(
+        &mut self,
+        ops: &[&Op],
+        applied: &mut Applied,
+    ) -> Option<(Vec<AddressJob>, BTreeMap<IpAddr, String>)> {
+        if self.link_index.is_none() {
             for op in ops {
                 applied
                     .failed
                     .push((op.to_string(), format!("{LINK_NAME} does not exist")));
             }
             return None;
-        };
-        let jobs = ops
-            .iter()
-            .map(|op| match op {
-                Op::AddAddress(ip) => (op.to_string(), Some(*ip), None),
-                Op::DelAddress(ip) => (
-                    op.to_string(),
-                    None,
-                    Some(
-                        self.bound
-                            .get(ip)
-                            .cloned()
-                            .unwrap_or_else(|| Links::address_on(index, *ip)),
-                    ),
-                ),
-                _ => (op.to_string(), None, None),
-            })
-            .collect();
-        Some((index, jobs))
+        }
+        let mut jobs = Vec::with_capacity(ops.len());
+        let mut gone = BTreeMap::new();
+        for op in ops {
+            let steps = match op {
+                Op::AddAddress(ip) => vec![vip::bind(self.vip_binding, *ip)],
+                Op::DelAddress(ip) => match vip::unbind(self.vip_binding, &self.vips, *ip) {
+                    Some(steps) => steps,
+                    None => {
+                        gone.insert(*ip, op.to_string());
+                        continue;
+                    }
+                },
+                _ => continue,
+            };
+            // The link exists, so every step has its requests.
+            let actions = steps.iter().filter_map(|s| self.action(s)).collect();
+            for step in &steps {
+                self.vips.record(step);
+            }
+            jobs.push((op.to_string(), actions));
+        }
+        Some((jobs, gone))
     }
 
     async fn apply_addresses(&mut self, ops: &[&Op], applied: &mut Applied) {
-        if let Some((index, jobs)) = self.address_jobs(ops, applied) {
-            merge(applied, run_addresses(&self.links, index, jobs).await);
+        if let Some((jobs, gone)) = self.address_jobs(ops, applied) {
+            merge(applied, run_addresses(&self.links, jobs).await);
+            if !gone.is_empty() {
+                let more = self.converge(&gone).await;
+                merge(applied, more);
+            }
         }
     }
 
@@ -313,27 +464,56 @@ impl Kernel {
     }
 }
 
-/// An address operation ready to run: its text, the address to add or the address to delete.
-type AddressJob = (String, Option<IpAddr>, Option<Address>);
+/// One kernel request binding or unbinding a VIP, with the links it names.
+#[derive(Debug, Clone)]
+enum Action {
+    /// Add an address on a link.
+    AddAddress(u32, IpAddr),
+    /// Delete an address.
+    DelAddress(Address),
+    /// Add or replace the agent's local route through a link, with a metric.
+    AddRoute(u32, Ipv4Addr, u32),
+    /// Delete the agent's local route through a link, with a metric.
+    DelRoute(u32, Ipv4Addr, u32),
+}
 
-/// Runs address jobs, 64 requests in flight on `links`.
-async fn run_addresses(links: &Links, index: u32, jobs: Vec<AddressJob>) -> Applied {
-    let mut applied = Applied::default();
-    let results: Vec<(String, Result<(), Error>)> = futures::stream::iter(jobs)
-        .map(|(text, add, del)| {
+/// A VIP operation ready to run: its text and its requests, sent one after the other.
+type AddressJob = (String, Vec<Action>);
+
+/// Runs VIP jobs, 64 in flight on `links`, and returns each job's result in the order of
+/// `jobs`.
+async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(String, Result<(), Error>)> {
+    futures::stream::iter(jobs)
+        .map(|(text, actions)| {
             let links = links.clone();
             async move {
-                let r = match (add, del) {
-                    (Some(ip), _) => links.add_address(index, ip).await,
-                    (_, Some(a)) => links.del_address(&a).await,
-                    _ => Ok(()),
-                };
-                (text, r)
+                for action in actions {
+                    let r = match action {
+                        Action::AddAddress(index, ip) => links.add_address(index, ip).await,
+                        Action::DelAddress(a) => links.del_address(&a).await,
+                        Action::AddRoute(index, ip, metric) => {
+                            links.add_vip_route(index, ip, metric).await
+                        }
+                        Action::DelRoute(index, ip, metric) => {
+                            links.del_vip_route(index, ip, metric).await
+                        }
+                    };
+                    if let Err(e) = r {
+                        return (text, Err(e));
+                    }
+                }
+                (text, Ok(()))
             }
         })
-        .buffer_unordered(64)
+        .buffered(64)
         .collect()
-        .await;
+        .await
+}
+
+/// Runs VIP jobs, 64 in flight on `links`.
+async fn run_addresses(links: &Links, jobs: Vec<AddressJob>) -> Applied {
+    let mut applied = Applied::default();
+    let results = run_jobs(links, jobs).await;
     applied.messages += results.len();
     for (text, r) in results {
         match r {
@@ -478,8 +658,8 @@ impl Worker {
     }
 }
 
-/// Binds addresses on a worker thread with a runtime and an rtnetlink socket of its own.
-fn address_worker(index: u32, jobs: Vec<AddressJob>) -> Applied {
+/// Binds VIPs on a worker thread with a runtime and an rtnetlink socket of its own.
+fn address_worker(jobs: Vec<AddressJob>) -> Applied {
     let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
     let fail = |e: String| Applied {
         failed: texts.iter().map(|t| (t.clone(), e.clone())).collect(),
@@ -494,7 +674,7 @@ fn address_worker(index: u32, jobs: Vec<AddressJob>) -> Applied {
     };
     rt.block_on(async {
         match Links::connect() {
-            Ok(links) => run_addresses(&links, index, jobs).await,
+            Ok(links) => run_addresses(&links, jobs).await,
             Err(e) => fail(e.to_string()),
         }
     })
@@ -519,23 +699,12 @@ fn overlaps(op: &Op) -> bool {
 
 impl Dataplane for Kernel {
     async fn observe(&mut self) -> Result<Observation, Error> {
-        let interfaces = self.links.interfaces().await?;
-        let addresses = self.links.addresses().await?;
-        self.link_index = interfaces
-            .iter()
-            .find(|(_, n)| *n == LINK_NAME)
-            .map(|(i, _)| *i);
+        let (interfaces, addresses) = self.read_bindings().await?;
         let mut state = KernelState {
             link: self.link_index.is_some(),
+            addresses: self.vips.vips(),
             ..KernelState::default()
         };
-        self.bound.clear();
-        for a in &addresses {
-            if Some(a.index) == self.link_index {
-                state.addresses.insert(a.ip);
-                self.bound.insert(a.ip, a.clone());
-            }
-        }
         let host = Host {
             addresses: Links::local_addresses(&interfaces, &addresses),
         };
@@ -620,17 +789,19 @@ impl Dataplane for Kernel {
                 Kind::Addresses => {
                     let adds_only = group.iter().all(|op| matches!(op, Op::AddAddress(_)));
                     match self.address_jobs(&group, &mut applied) {
-                        Some((index, jobs)) if adds_only && jobs.len() > 1 => {
+                        Some((jobs, gone)) if adds_only && jobs.len() > 1 && gone.is_empty() => {
                             let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-                            match Worker::start("addresses", texts, move || {
-                                address_worker(index, jobs)
-                            }) {
+                            match Worker::start("addresses", texts, move || address_worker(jobs)) {
                                 Some(w) => workers.push(w),
                                 None => self.apply_addresses(&group, &mut applied).await,
                             }
                         }
-                        Some((index, jobs)) => {
-                            merge(&mut applied, run_addresses(&self.links, index, jobs).await);
+                        Some((jobs, gone)) => {
+                            merge(&mut applied, run_addresses(&self.links, jobs).await);
+                            if !gone.is_empty() {
+                                let more = self.converge(&gone).await;
+                                merge(&mut applied, more);
+                            }
                         }
                         None => {}
                     }
@@ -691,10 +862,25 @@ impl Kernel {
                     .destroy(&set)
                     .map_err(|e| ipset_error(&format!("destroy {name}"), e))
             }
-            Op::DeleteLink => match self.link_index.take() {
-                Some(index) => self.links.delete_link(index).await,
-                None => Ok(()),
-            },
+            Op::DeleteLink => {
+                // The kernel deletes the routes through the link with it; bridges left on
+                // `lo` by a switch cut short go too.
+                let mut result = match self.link_index.take() {
+                    Some(index) => self.links.delete_link(index).await,
+                    None => Ok(()),
+                };
+                if let Some(lo) = self.lo_index {
+                    for ip in std::mem::take(&mut self.vips.bridges) {
+                        if let Err(e) = self.links.del_vip_route(lo, ip, BRIDGE_ROUTE_METRIC).await
+                        {
+                            result = result.and(Err(e));
+                        }
+                    }
+                }
+                self.vips = Bindings::default();
+                self.bound.clear();
+                result
+            }
             other => Err(Error::Netlink {
                 what: other.to_string(),
                 message: "not a single operation".into(),

@@ -1,21 +1,54 @@
-//! The `kube-ipvs0` dummy link and the host's addresses, over rtnetlink.
+//! The `kube-ipvs0` dummy link, the host's addresses and the agent's VIP routes, over
+//! rtnetlink.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use futures::TryStreamExt;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::LinkAttribute;
-use rtnetlink::{Handle, LinkDummy};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use rtnetlink::{Handle, LinkDummy, RouteMessageBuilder};
 
 use super::Error;
 use crate::model::desired::LocalAddress;
+
+/// The routing protocol number of the agent's routes (`ip route ... proto 194`): the kernel
+/// does not interpret it, and it tells the agent's `local` routes from the ones the kernel
+/// makes for addresses (`proto kernel`), so that neither ever deletes the other's.
+pub const VIP_ROUTE_PROTOCOL: u8 = 194;
+/// The metric of a VIP route. The kernel's route for an address has metric 0; a different
+/// metric lets both exist for one VIP at once (same key otherwise), which switching between
+/// the two bindings relies on.
+pub const VIP_ROUTE_METRIC: u32 = 1024;
+/// The metric of a VIP's bridge route on `lo`, held while the last IPv4 address of
+/// `kube-ipvs0` is removed: the kernel then flushes every IPv4 route whose device is
+/// `kube-ipvs0` (it disables IPv4 on a link that has no address left), the VIP routes too.
+pub const BRIDGE_ROUTE_METRIC: u32 = 1025;
+/// The kernel's `local` routing table.
+const RT_TABLE_LOCAL: u8 = 255;
 
 /// An rtnetlink connection.
 #[derive(Clone)]
 pub struct Links {
     handle: Handle,
+    /// A second socket with `NETLINK_GET_STRICT_CHK`, so that route dumps are filtered by the
+    /// kernel (one table, one protocol) instead of sending every route of the host.
+    strict: Handle,
+}
+
+/// One of the agent's routes as the kernel listed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VipRoute {
+    /// The VIP.
+    pub ip: Ipv4Addr,
+    /// The route's device.
+    pub index: u32,
+    /// Its metric.
+    pub metric: u32,
 }
 
 /// An address as the kernel reported it, kept to delete it later.
@@ -36,7 +69,80 @@ impl Links {
             message: e.to_string(),
         })?;
         tokio::spawn(conn);
-        Ok(Links { handle })
+        let (conn, strict, _) =
+            rtnetlink::new_connection_with_strict_check().map_err(|e| Error::Netlink {
+                what: "rtnetlink socket".into(),
+                message: e.to_string(),
+            })?;
+        tokio::spawn(conn);
+        Ok(Links { handle, strict })
+    }
+
+    /// The agent's IPv4 routes in table `local` (protocol [`VIP_ROUTE_PROTOCOL`], type
+    /// `local`), on every device: VIP routes on `kube-ipvs0` and bridges on `lo`.
+    pub async fn vip_routes(&self) -> Result<Vec<VipRoute>, Error> {
+        let mut filter = RouteMessageBuilder::<Ipv4Addr>::new()
+            .table_id(RT_TABLE_LOCAL.into())
+            .protocol(RouteProtocol::Other(VIP_ROUTE_PROTOCOL))
+            .kind(RouteType::Local)
+            .build();
+        // A dump request must leave the scope at 0 (universe); the builder's default.
+        filter.header.scope = RouteScope::Universe;
+        let mut stream = self.strict.route().get(filter).execute();
+        let mut out = Vec::new();
+        while let Some(msg) = stream
+            .try_next()
+            .await
+            .map_err(|e| netlink("list routes", e))?
+        {
+            // A kernel without strict dumps ignores the filter: check each route again.
+            if msg.header.protocol != RouteProtocol::Other(VIP_ROUTE_PROTOCOL)
+                || msg.header.kind != RouteType::Local
+                || msg.header.destination_prefix_length != 32
+                || route_table(&msg) != u32::from(RT_TABLE_LOCAL)
+            {
+                continue;
+            }
+            let mut ip = None;
+            let mut index = None;
+            let mut metric = 0;
+            for a in &msg.attributes {
+                match a {
+                    RouteAttribute::Destination(RouteAddress::Inet(d)) => ip = Some(*d),
+                    RouteAttribute::Oif(i) => index = Some(*i),
+                    RouteAttribute::Priority(p) => metric = *p,
+                    _ => {}
+                }
+            }
+            if let (Some(ip), Some(index)) = (ip, index) {
+                out.push(VipRoute { ip, index, metric });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds (or replaces) the agent's `local` route for `ip` in table `local` through link
+    /// `index` with `metric`: `ip route replace local IP dev LINK table local proto 194
+    /// scope host metric METRIC`.
+    pub async fn add_vip_route(&self, index: u32, ip: Ipv4Addr, metric: u32) -> Result<(), Error> {
+        self.handle
+            .route()
+            .add(vip_route(index, ip, metric))
+            .replace()
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("add local route {ip}"), e))
+    }
+
+    /// Deletes the agent's route for `ip` through link `index` with `metric`; the kernel
+    /// matches the protocol and the metric, so its own route for an address stays.
+    pub async fn del_vip_route(&self, index: u32, ip: Ipv4Addr, metric: u32) -> Result<(), Error> {
+        self.handle
+            .route()
+            .del(vip_route(index, ip, metric))
+            .execute()
+            .await
+            .map_err(|e| netlink(&format!("delete local route {ip}"), e))
     }
 
     /// Interface names by index.
@@ -170,6 +276,30 @@ impl Links {
             .await
             .map_err(|e| netlink("delete link", e))
     }
+}
+
+/// The agent's route for a VIP, for adding or deleting it.
+fn vip_route(index: u32, ip: Ipv4Addr, metric: u32) -> RouteMessage {
+    RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(ip, 32)
+        .table_id(RT_TABLE_LOCAL.into())
+        .protocol(RouteProtocol::Other(VIP_ROUTE_PROTOCOL))
+        .scope(RouteScope::Host)
+        .kind(RouteType::Local)
+        .output_interface(index)
+        .priority(metric)
+        .build()
+}
+
+/// A route's table: the header's, or `RTA_TABLE` for ids above 255.
+fn route_table(msg: &RouteMessage) -> u32 {
+    msg.attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(msg.header.table.into())
 }
 
 fn netlink(what: &str, e: rtnetlink::Error) -> Error {

@@ -1,7 +1,8 @@
 //! The kernel edge: everything that reads or changes kernel state lives here, behind the
 //! [`Dataplane`] trait, so the sync loop can run against the real kernel or in memory.
 //!
-//! - [`link`][]: `kube-ipvs0` and the host's addresses (rtnetlink).
+//! - [`link`][]: `kube-ipvs0`, the host's addresses and the VIP routes (rtnetlink).
+//! - [`vip`][]: VIPs as addresses or as local routes, and switching between the two.
 //! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`families`][]: which IP families the host can serve.
@@ -19,6 +20,7 @@ pub mod link;
 pub mod memory;
 pub mod modules;
 pub mod sysctl;
+pub mod vip;
 
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;

@@ -61,6 +61,55 @@ pub struct ProxyConfig {
     pub prefer_same_node: bool,
     /// The running kernel's version (`None`: unknown), which decides `conn_reuse_mode`.
     pub kernel_version: Option<KernelVersion>,
+    /// `--vip-binding`: how the kernel edge binds the VIPs on `kube-ipvs0`. The desired state
+    /// does not depend on it (its `addresses` are the VIPs either way).
+    pub vip_binding: VipBinding,
+}
+
+/// How the VIPs are made local to the node (`--vip-binding`, `ipvs.vipBinding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VipBinding {
+    /// A /32 or /128 address on `kube-ipvs0` per VIP, as kube-proxy binds them.
+    #[default]
+    Address,
+    /// A `local` route per IPv4 VIP in table `local` whose device is `kube-ipvs0`: the
+    /// kernel walks the link's address list for every address it adds, so a node with tens
+    /// of thousands of VIPs binds them several times faster as routes. IPv6 VIPs stay
+    /// addresses: the kernel refuses an IPv6 route through a link that is down.
+    Route,
+}
+
+impl VipBinding {
+    /// The value as the flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VipBinding::Address => "address",
+            VipBinding::Route => "route",
+        }
+    }
+}
+
+impl std::fmt::Display for VipBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A value of `--vip-binding` that is neither `address` nor `route`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a VIP binding (address or route)")]
+pub struct BadVipBinding(pub String);
+
+impl std::str::FromStr for VipBinding {
+    type Err = BadVipBinding;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "address" => Ok(VipBinding::Address),
+            "route" => Ok(VipBinding::Route),
+            _ => Err(BadVipBinding(s.to_string())),
+        }
+    }
 }
 
 /// The default of `--ipvs-graceful-termination-timeout`: 15 minutes, the kernel's default IPVS
@@ -87,6 +136,7 @@ impl Default for ProxyConfig {
             graceful_termination_timeout: DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
             prefer_same_node: true,
             kernel_version: None,
+            vip_binding: VipBinding::Address,
         }
     }
 }
@@ -155,3 +205,22 @@ impl ConnReuse {
 
 /// The default session-affinity timeout of Kubernetes (`10800` seconds).
 pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10800);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vip_binding_parses_its_two_values_and_nothing_else() {
+        assert_eq!("address".parse(), Ok(VipBinding::Address));
+        assert_eq!("route".parse(), Ok(VipBinding::Route));
+        assert_eq!(VipBinding::default(), VipBinding::Address);
+        for bad in ["", "Route", "routes", " address"] {
+            let err = bad.parse::<VipBinding>().unwrap_err();
+            assert!(err.to_string().contains("address or route"), "{err}");
+        }
+        for mode in [VipBinding::Address, VipBinding::Route] {
+            assert_eq!(mode.to_string().parse(), Ok(mode));
+        }
+    }
+}
