@@ -62,6 +62,14 @@ fn main() {
         pure(n, changes, args.get(3).map(String::as_str) == Some("alone"));
         return;
     }
+    if args.first().map(String::as_str) == Some("heap") {
+        // `cold`: the cold sync alone (for a profile of its peak).
+        heap(
+            args[1].parse().expect("N"),
+            args.get(2).map(String::as_str) == Some("cold"),
+        );
+        return;
+    }
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
@@ -138,7 +146,7 @@ fn endpoint(address: IpAddr) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        node_name: Some("node-b".into()),
+        node_name: Some(kube_proxy_ipvs_agent::model::cluster::intern("node-b")),
         zone: None,
         zone_hints: vec![],
         node_hints: vec![],
@@ -533,6 +541,66 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
         w * 1e3,
         a / w
     );
+}
+
+/// `scale heap N [cold]`, on any host, for a heap profiler (`heaptrack scale heap 10000`):
+/// the sync loop's lifetime at N Services against a kernel that keeps nothing (as the real
+/// one, whose state is not in the agent's memory): a cold sync, then (without `cold`) 20
+/// endpoint changes synced alone. Prints peak RSS after each.
+fn heap(n: usize, cold_only: bool) {
+    /// A kernel that takes every operation and holds nothing.
+    struct Sink(Host);
+    impl Dataplane for Sink {
+        async fn observe(&mut self) -> Result<Observation, Error> {
+            Ok(Observation {
+                state: KernelState::default(),
+                host: self.0.clone(),
+            })
+        }
+        async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+            Ok(Applied {
+                done: plan.ops.len(),
+                ..Applied::default()
+            })
+        }
+        async fn clean_conntrack(
+            &mut self,
+            _: &kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter,
+        ) -> Result<Vec<kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned>, Error> {
+            Ok(Vec::new())
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let base = peak_rss();
+    let mut cluster = cluster(n);
+    let after_cluster = peak_rss();
+    let mut syncer = Syncer::new(Sink(host()), config());
+    let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    drop(report);
+    let after_cold = peak_rss();
+    let mut line = format!(
+        "heap N={n}: peak RSS, MiB: start {:.1}, cluster built {:.1}, cold sync {:.1}",
+        mib(base),
+        mib(after_cluster),
+        mib(after_cold)
+    );
+    if !cold_only {
+        let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+        for c in 0..20 {
+            let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+            let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
+            slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+            let changed = BTreeSet::from([slice.service.clone()]);
+            rt.block_on(syncer.sync_changed(&cluster, &changed))
+                .expect("change");
+        }
+        write!(line, ", 20 changes {:.1}", mib(peak_rss())).unwrap();
+    }
+    println!("{line}");
 }
 
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.

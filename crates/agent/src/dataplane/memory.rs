@@ -73,10 +73,10 @@ impl Memory {
             }
             Op::WriteRules { family, rules, .. } => {
                 // Holds every jump afterwards, as the kernel does.
-                s.rules.insert(*family, rules.clone());
+                s.rules.insert(*family, (**rules).clone());
             }
             Op::AddService { key, service } => {
-                if s.services.insert(*key, service.clone()).is_some() {
+                if s.services.insert(*key, (**service).clone()).is_some() {
                     return Err(format!("{key} exists"));
                 }
             }
@@ -90,7 +90,7 @@ impl Memory {
                 *vs = VirtualServer {
                     destinations,
                     connections,
-                    ..service.clone()
+                    ..(**service).clone()
                 };
             }
             Op::AddDestination {
