@@ -124,18 +124,17 @@ pub struct SyncObservation {
 }
 
 impl SyncObservation {
-    /// Counts `plan` and `applied` by operation kind. A failed operation is matched to its
-    /// plan entry by its text ([`Applied::failed`] holds `op.to_string()`).
+    /// Counts `plan` and `applied` (the outcome of `plan`) by operation kind.
     pub fn from_plan(plan: &Plan, applied: &Applied, duration: Duration, at: SystemTime) -> Self {
         let mut obs = SyncObservation {
             duration,
             at: Some(at),
             ..Self::default()
         };
-        let failed: BTreeSet<&str> = applied.failed.iter().map(|(op, _)| op.as_str()).collect();
-        for op in &plan.ops {
+        let failed: BTreeSet<usize> = applied.failed.iter().map(|(i, _)| *i).collect();
+        for (i, op) in plan.ops.iter().enumerate() {
             let kind = op_kind(op);
-            if !failed.is_empty() && failed.contains(op.to_string().as_str()) {
+            if failed.contains(&i) {
                 *obs.failed.entry(kind).or_default() += 1;
                 if let Op::WriteRules { family, .. } = op {
                     obs.restore_failed.insert(*family);
@@ -853,10 +852,7 @@ mod tests {
         };
         let applied = Applied {
             done: 3,
-            failed: vec![(
-                Op::DelAddress("10.96.0.3".parse().unwrap()).to_string(),
-                "EBUSY".into(),
-            )],
+            failed: vec![(3, ipvs_netlink::Error::from_errno(16).into())],
             messages: 4,
         };
         let obs = SyncObservation::from_plan(&plan, &applied, Duration::from_millis(3), at);
@@ -911,7 +907,13 @@ mod tests {
         };
         let applied = Applied {
             done: 0,
-            failed: vec![(write.to_string(), "exit 1".into())],
+            failed: vec![(
+                0,
+                crate::dataplane::Error::Tool {
+                    program: "ip6tables-restore".into(),
+                    message: "exit 1".into(),
+                },
+            )],
             messages: 0,
         };
         m.observe_sync(

@@ -49,7 +49,7 @@ pub struct Periods {
 }
 
 /// What one sync did.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Report {
     /// Whether the kernel was read first.
     pub full: bool,
@@ -511,17 +511,25 @@ impl<D: Dataplane> Syncer<D> {
             self.clean_conntrack(conntrack, &mut warnings).await
         };
         let (p, applied) = match first {
-            Some((first, first_applied)) => (
-                Plan {
-                    ops: first.ops.into_iter().chain(p.ops).collect(),
-                    warnings: p.warnings,
-                },
-                Applied {
-                    done: first_applied.done + applied.done,
-                    failed: applied.failed,
-                    messages: first_applied.messages + applied.messages,
-                },
-            ),
+            Some((first, mut first_applied)) => {
+                // The report's plan is the two plans in turn: the second's indices move.
+                let offset = first.ops.len();
+                first_applied.merge(Applied {
+                    failed: applied
+                        .failed
+                        .into_iter()
+                        .map(|(i, e)| (i + offset, e))
+                        .collect(),
+                    ..applied
+                });
+                (
+                    Plan {
+                        ops: first.ops.into_iter().chain(p.ops).collect(),
+                        warnings: p.warnings,
+                    },
+                    first_applied,
+                )
+            }
             None => (p, applied),
         };
         self.unread = if full {
@@ -902,13 +910,22 @@ mod tests {
         assert_eq!(s.dataplane().observed, 2, "read again after the failure");
         assert_eq!(s.dataplane().applied.len(), 2);
         // Only the full plan's refusals are reported, once each.
-        let failed: Vec<&str> = r.applied.failed.iter().map(|(op, _)| op.as_str()).collect();
+        let failed: Vec<String> = r
+            .applied
+            .failures(&r.plan)
+            .map(|(op, _)| op.to_string())
+            .collect();
         assert!(!failed.is_empty());
+        assert_eq!(
+            failed.len(),
+            r.applied.failed.len(),
+            "every index in the plan"
+        );
         assert!(
             failed.iter().all(|op| op.contains("10.96.0.1:443")),
             "{failed:?}"
         );
-        let unique: BTreeSet<&&str> = failed.iter().collect();
+        let unique: BTreeSet<&String> = failed.iter().collect();
         assert_eq!(unique.len(), failed.len(), "{failed:?}");
         assert_eq!(added_vips(&r.plan), ["10.96.0.1:443", "10.96.0.10:80"]);
         assert!(s.dataplane().state.services.keys().any(|k| k.port == 80));

@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -113,9 +114,9 @@ impl Kernel {
     /// [`Kernel::set_vip_binding`] (addresses to routes or back), so that a node switches
     /// binding at the agent's start without a moment in which a VIP is not local. Finishes
     /// a switch that was cut short. Failures are reported, not returned.
-    pub async fn rebind_vips(&mut self) -> Result<Applied, Error> {
+    pub async fn rebind_vips(&mut self) -> Result<Rebound, Error> {
         self.read_bindings().await?;
-        Ok(self.converge(&BTreeMap::new()).await)
+        Ok(self.converge(&BTreeSet::new()).await)
     }
 
     /// Reads `kube-ipvs0`, `lo`, every address and the agent's routes; returns the
@@ -164,13 +165,11 @@ impl Kernel {
     }
 
     /// Runs [`vip::converge`] from the bindings known: every VIP into the mode's form, those
-    /// of `gone` (with their plan operations' texts) unbound. Reports each operation of
-    /// `gone` done or failed, and every other failed step.
-    async fn converge(&mut self, gone: &BTreeMap<IpAddr, String>) -> Applied {
-        let mut applied = Applied::default();
-        let gone_ips: BTreeSet<IpAddr> = gone.keys().copied().collect();
+    /// of `gone` unbound. Reports every failed step.
+    async fn converge(&mut self, gone: &BTreeSet<IpAddr>) -> Rebound {
+        let mut rebound = Rebound::default();
         let phases = if self.link_index.is_some() {
-            vip::converge(self.vip_binding, &self.vips, &gone_ips)
+            vip::converge(self.vip_binding, &self.vips, gone)
         } else {
             // No link, so nothing bound on it; only bridges may be left.
             vec![
@@ -181,7 +180,6 @@ impl Kernel {
                     .collect(),
             ]
         };
-        let mut failed: BTreeMap<IpAddr, String> = BTreeMap::new();
         for phase in phases {
             let t = Instant::now();
             let mut jobs = Vec::with_capacity(phase.len());
@@ -189,40 +187,57 @@ impl Kernel {
             for step in &phase {
                 match self.action(step) {
                     Some(action) => {
-                        jobs.push((step.to_string(), vec![action]));
+                        jobs.push((sent.len(), vec![action]));
                         sent.push(*step);
                     }
-                    None => {
-                        failed.insert(step.ip(), format!("{step}: a link is missing"));
-                    }
+                    None => rebound.failed.push((*step, Error::NoLink)),
                 }
                 self.vips.record(step);
             }
             let results = run_jobs(&self.links, jobs).await;
-            applied.messages += results.len();
-            for ((text, r), step) in results.into_iter().zip(&sent) {
+            rebound.messages += results.len();
+            for (n, r) in results {
                 if let Err(e) = r {
-                    failed.entry(step.ip()).or_insert_with(|| e.to_string());
-                    if !gone.contains_key(&step.ip()) {
-                        applied.failed.push((text, e.to_string()));
-                    }
+                    rebound.failed.push((sent[n], e));
                 }
             }
             debug!(steps = phase.len(), elapsed = ?t.elapsed(), "rebound VIPs");
         }
-        for (ip, text) in gone {
-            match failed.get(ip) {
-                Some(e) => applied.failed.push((text.clone(), e.clone())),
-                None => applied.done += 1,
-            }
-        }
-        if !applied.failed.is_empty() {
+        if !rebound.failed.is_empty() {
             // What the kernel holds is not known now: the next observation reads it.
             warn!(
-                failed = applied.failed.len(),
+                failed = rebound.failed.len(),
                 "some VIP bindings could not be changed"
             );
         }
+        rebound
+    }
+
+    /// Unbinds the VIPs of `gone` (each with its operation's index in the plan) through
+    /// [`Kernel::converge`]. A step that failed for another VIP is reported against the
+    /// first of these operations, which needed it.
+    async fn converge_for(&mut self, gone: &BTreeMap<IpAddr, usize>) -> Applied {
+        let ips: BTreeSet<IpAddr> = gone.keys().copied().collect();
+        let rebound = self.converge(&ips).await;
+        let mut applied = Applied {
+            messages: rebound.messages,
+            ..Applied::default()
+        };
+        let first = gone.values().min().copied();
+        let mut failed: BTreeSet<usize> = BTreeSet::new();
+        for (step, e) in rebound.failed {
+            match (gone.get(&step.ip()), first) {
+                (Some(i), _) if failed.insert(*i) => applied.failed.push((*i, e)),
+                (Some(_), _) => {}
+                (None, Some(first)) => {
+                    failed.insert(first);
+                    let source = Box::new(e);
+                    applied.failed.push((first, Error::Rebind { step, source }));
+                }
+                (None, None) => {}
+            }
+        }
+        applied.done = gone.values().filter(|i| !failed.contains(i)).count();
         applied
     }
 
@@ -335,31 +350,29 @@ impl Kernel {
     }
 
     /// The VIP jobs of `ops` (owned, so a worker can run them), and the VIPs that must go
-    /// through [`Kernel::converge`] instead, with their operations' texts; failures when
+    /// through [`Kernel::converge`] instead, with their operations' indices; failures when
     /// `kube-ipvs0` is missing. The known bindings are updated as if every job succeeded
     /// (a failure makes the sync read the kernel again).
     fn address_jobs(
         &mut self,
-        ops: &[&Op],
+        ops: &[(usize, &Op)],
         applied: &mut Applied,
-    ) -> Option<(Vec<AddressJob>, BTreeMap<IpAddr, String>)> {
+    ) -> Option<(Vec<AddressJob>, BTreeMap<IpAddr, usize>)> {
         if self.link_index.is_none() {
-            for op in ops {
-                applied
-                    .failed
-                    .push((op.to_string(), format!("{LINK_NAME} does not exist")));
+            for (i, _) in ops {
+                applied.failed.push((*i, Error::NoLink));
             }
             return None;
         }
         let mut jobs = Vec::with_capacity(ops.len());
         let mut gone = BTreeMap::new();
-        for op in ops {
+        for (i, op) in ops {
             let steps = match op {
                 Op::AddAddress(ip) => vec![vip::bind(self.vip_binding, *ip)],
                 Op::DelAddress(ip) => match vip::unbind(self.vip_binding, &self.vips, *ip) {
                     Some(steps) => steps,
                     None => {
-                        gone.insert(*ip, op.to_string());
+                        gone.insert(*ip, *i);
                         continue;
                     }
                 },
@@ -370,30 +383,29 @@ impl Kernel {
             for step in &steps {
                 self.vips.record(step);
             }
-            jobs.push((op.to_string(), actions));
+            jobs.push((*i, actions));
         }
         Some((jobs, gone))
     }
 
-    async fn apply_addresses(&mut self, ops: &[&Op], applied: &mut Applied) {
+    async fn apply_addresses(&mut self, ops: &[(usize, &Op)], applied: &mut Applied) {
         if let Some((jobs, gone)) = self.address_jobs(ops, applied) {
-            merge(applied, run_addresses(&self.links, jobs).await);
+            applied.merge(run_addresses(&self.links, jobs).await);
             if !gone.is_empty() {
-                let more = self.converge(&gone).await;
-                merge(applied, more);
+                let more = self.converge_for(&gone).await;
+                applied.merge(more);
             }
         }
     }
 
-    /// Sends IPVS operations in batches of [`IPVS_CHUNK`]; an operation's text is made only
-    /// when it fails.
-    async fn apply_ipvs(&self, ops: &[&Op], applied: &mut Applied) {
+    /// Sends IPVS operations in batches of [`IPVS_CHUNK`].
+    async fn apply_ipvs(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
         let batches = ops.len().div_ceil(IPVS_CHUNK);
         for (n, chunk) in ops.chunks(IPVS_CHUNK).enumerate() {
             let t = Instant::now();
             let mut batch = self.ipvs.batch();
-            let mut queued: Vec<&Op> = Vec::with_capacity(chunk.len());
-            for op in chunk {
+            let mut queued: Vec<usize> = Vec::with_capacity(chunk.len());
+            for (i, op) in chunk {
                 match op {
                     Op::AddService { key, service } => {
                         // Planned because the observation did not list it; it may still exist
@@ -436,21 +448,22 @@ impl Kernel {
                     }
                     _ => continue,
                 }
-                queued.push(op);
+                queued.push(*i);
             }
             match batch.send().await {
                 Ok(outcome) => {
                     applied.messages += queued.len();
-                    for (op, r) in queued.iter().zip(outcome.into_results()) {
+                    for (i, r) in queued.iter().zip(outcome.into_results()) {
                         match r {
                             Ok(()) => applied.done += 1,
-                            Err(e) => applied.failed.push((op.to_string(), e.to_string())),
+                            Err(e) => applied.failed.push((*i, e.into())),
                         }
                     }
                 }
                 Err(e) => {
-                    for op in queued {
-                        applied.failed.push((op.to_string(), e.to_string()));
+                    let e = Arc::new(Error::from(e));
+                    for i in queued {
+                        applied.failed.push((i, Error::Shared(e.clone())));
                     }
                 }
             }
@@ -459,9 +472,18 @@ impl Kernel {
         }
     }
 
-    fn apply_sets(&self, ops: &[&Op], applied: &mut Applied) {
-        merge(applied, run_sets(set_job(ops)));
+    fn apply_sets(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
+        applied.merge(run_sets(set_job(ops)));
     }
+}
+
+/// What moving the VIPs into the binding's form did ([`Kernel::rebind_vips`]).
+#[derive(Debug, Default)]
+pub struct Rebound {
+    /// Kernel requests sent.
+    pub messages: usize,
+    /// The steps that failed, with their errors.
+    pub failed: Vec<(Step, Error)>,
 }
 
 /// One kernel request binding or unbinding a VIP, with the links it names.
@@ -477,14 +499,15 @@ enum Action {
     DelRoute(u32, Ipv4Addr, u32),
 }
 
-/// A VIP operation ready to run: its text and its requests, sent one after the other.
-type AddressJob = (String, Vec<Action>);
+/// A VIP operation ready to run: its index (in the plan, or among the steps run) and its
+/// requests, sent one after the other.
+type AddressJob = (usize, Vec<Action>);
 
 /// Runs VIP jobs, 64 in flight on `links`, and returns each job's result in the order of
 /// `jobs`.
-async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(String, Result<(), Error>)> {
+async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(usize, Result<(), Error>)> {
     futures::stream::iter(jobs)
-        .map(|(text, actions)| {
+        .map(|(i, actions)| {
             let links = links.clone();
             async move {
                 for action in actions {
@@ -499,10 +522,10 @@ async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(String, Result<(
                         }
                     };
                     if let Err(e) = r {
-                        return (text, Err(e));
+                        return (i, Err(e));
                     }
                 }
-                (text, Ok(()))
+                (i, Ok(()))
             }
         })
         .buffered(64)
@@ -515,10 +538,10 @@ async fn run_addresses(links: &Links, jobs: Vec<AddressJob>) -> Applied {
     let mut applied = Applied::default();
     let results = run_jobs(links, jobs).await;
     applied.messages += results.len();
-    for (text, r) in results {
+    for (i, r) in results {
         match r {
             Ok(()) => applied.done += 1,
-            Err(e) => applied.failed.push((text, e.to_string())),
+            Err(e) => applied.failed.push((i, e)),
         }
     }
     applied
@@ -526,30 +549,32 @@ async fn run_addresses(links: &Links, jobs: Vec<AddressJob>) -> Applied {
 
 /// Set operations converted for libipset, with the plan operation each came from.
 struct SetJob {
-    /// The plan operations' texts.
-    texts: Vec<String>,
+    /// The plan operations' indices in the plan.
+    ops: Vec<usize>,
     /// The library's operations.
     lib_ops: Vec<ipset::Op>,
-    /// For each library operation, the index of its plan operation.
+    /// For each library operation, the position in `ops` of its plan operation.
     owner: Vec<usize>,
-    /// Plan operations that could not be converted.
-    bad: Vec<(String, String)>,
+    /// Plan operations that could not be converted, by index in the plan.
+    bad: Vec<(usize, Error)>,
 }
 
-fn set_job(ops: &[&Op]) -> SetJob {
+fn set_job(ops: &[(usize, &Op)]) -> SetJob {
     let mut job = SetJob {
-        texts: ops.iter().map(|op| op.to_string()).collect(),
+        ops: Vec::with_capacity(ops.len()),
         lib_ops: Vec::new(),
         owner: Vec::new(),
         bad: Vec::new(),
     };
-    for (i, op) in ops.iter().enumerate() {
+    for (i, op) in ops {
         match to_ipset_ops(op) {
             Ok(v) => {
-                job.owner.extend(std::iter::repeat_n(i, v.len()));
+                job.owner
+                    .extend(std::iter::repeat_n(job.ops.len(), v.len()));
+                job.ops.push(*i);
                 job.lib_ops.extend(v);
             }
-            Err(e) => job.bad.push((op.to_string(), e)),
+            Err(e) => job.bad.push((*i, e.into())),
         }
     }
     job
@@ -558,17 +583,19 @@ fn set_job(ops: &[&Op]) -> SetJob {
 /// Applies set operations in libipset's restore mode, going on after a failed one.
 fn run_sets(job: SetJob) -> Applied {
     let SetJob {
-        texts,
+        ops,
         lib_ops,
         owner,
         bad,
     } = job;
     let mut applied = Applied::default();
-    let mut failed_ops = vec![None::<String>; texts.len()];
+    let mut failed_ops: Vec<Option<Error>> =
+        std::iter::repeat_with(|| None).take(ops.len()).collect();
     match ipset::Session::new() {
         Err(e) => {
+            let e = Arc::new(Error::from(e));
             for f in failed_ops.iter_mut() {
-                *f = Some(e.to_string());
+                *f = Some(Error::Shared(e.clone()));
             }
         }
         Ok(mut session) => {
@@ -581,12 +608,13 @@ fn run_sets(job: SetJob) -> Applied {
                     Ok(()) => break,
                     Err(ipset::Error::Batch { index, source }) => {
                         let at = start + index;
-                        failed_ops[owner[at]].get_or_insert_with(|| source.to_string());
+                        failed_ops[owner[at]].get_or_insert_with(|| Error::Ipset(*source));
                         start = at + 1;
                     }
                     Err(e) => {
+                        let e = Arc::new(Error::from(e));
                         for i in owner[start..].iter() {
-                            failed_ops[*i].get_or_insert_with(|| e.to_string());
+                            failed_ops[*i].get_or_insert_with(|| Error::Shared(e.clone()));
                         }
                         break;
                     }
@@ -595,28 +623,21 @@ fn run_sets(job: SetJob) -> Applied {
         }
     }
     applied.messages += lib_ops.len().div_ceil(64).max(1);
-    for (text, failed) in texts.into_iter().zip(failed_ops) {
+    for (i, failed) in ops.into_iter().zip(failed_ops) {
         match failed {
             None => applied.done += 1,
-            Some(e) => applied.failed.push((text, e)),
+            Some(e) => applied.failed.push((i, e)),
         }
     }
     applied.failed.extend(bad);
     applied
 }
 
-/// Adds `more` to `applied`.
-fn merge(applied: &mut Applied, more: Applied) {
-    applied.done += more.done;
-    applied.messages += more.messages;
-    applied.failed.extend(more.failed);
-}
-
 /// Work running on a worker thread while the plan goes on.
 struct Worker {
     what: &'static str,
-    /// The operations' texts, to report them failed if the worker dies.
-    texts: Vec<String>,
+    /// The operations' indices in the plan, to report them failed if the worker dies.
+    ops: Vec<usize>,
     result: oneshot::Receiver<Applied>,
 }
 
@@ -625,7 +646,7 @@ impl Worker {
     /// no thread can be started: the caller then runs the work itself.
     fn start(
         what: &'static str,
-        texts: Vec<String>,
+        ops: Vec<usize>,
         work: impl FnOnce() -> Applied + Send + 'static,
     ) -> Option<Worker> {
         let (tx, rx) = oneshot::channel();
@@ -637,7 +658,7 @@ impl Worker {
             .ok()?;
         Some(Worker {
             what,
-            texts,
+            ops,
             result: rx,
         })
     }
@@ -645,12 +666,10 @@ impl Worker {
     async fn finish(self, applied: &mut Applied) {
         let t = Instant::now();
         match self.result.await {
-            Ok(more) => merge(applied, more),
+            Ok(more) => applied.merge(more),
             Err(_) => {
-                for text in self.texts {
-                    applied
-                        .failed
-                        .push((text, format!("the {} worker stopped", self.what)));
+                for i in self.ops {
+                    applied.failed.push((i, Error::WorkerStopped(self.what)));
                 }
             }
         }
@@ -660,22 +679,30 @@ impl Worker {
 
 /// Binds VIPs on a worker thread with a runtime and an rtnetlink socket of its own.
 fn address_worker(jobs: Vec<AddressJob>) -> Applied {
-    let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-    let fail = |e: String| Applied {
-        failed: texts.iter().map(|t| (t.clone(), e.clone())).collect(),
-        ..Applied::default()
+    let ops: Vec<usize> = jobs.iter().map(|j| j.0).collect();
+    let fail = |e: Error| {
+        let e = Arc::new(e);
+        Applied {
+            failed: ops.iter().map(|i| (*i, Error::Shared(e.clone()))).collect(),
+            ..Applied::default()
+        }
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(e.to_string()),
+        Err(source) => {
+            return fail(Error::Io {
+                what: "start the addresses worker's runtime",
+                source,
+            });
+        }
     };
     rt.block_on(async {
         match Links::connect() {
             Ok(links) => run_addresses(&links, jobs).await,
-            Err(e) => fail(e.to_string()),
+            Err(e) => fail(e),
         }
     })
 }
@@ -739,9 +766,9 @@ impl Dataplane for Kernel {
             while j < plan.ops.len() && op_kind(&plan.ops[j]) == kind {
                 j += 1;
             }
-            let group: Vec<&Op> = plan.ops[i..j].iter().collect();
+            let group: Vec<(usize, &Op)> = (i..j).zip(&plan.ops[i..j]).collect();
             i = j;
-            if !group.iter().all(|op| overlaps(op)) {
+            if !group.iter().all(|(_, op)| overlaps(op)) {
                 // A removal (or a one-off) waits for every addition before it.
                 for w in workers.drain(..) {
                     w.finish(&mut applied).await;
@@ -755,7 +782,7 @@ impl Dataplane for Kernel {
                     // on a worker when the group only adds.
                     let split = group
                         .iter()
-                        .position(|op| !matches!(op, Op::CreateSet { .. }))
+                        .position(|(_, op)| !matches!(op, Op::CreateSet { .. }))
                         .unwrap_or(group.len());
                     let (create, rest) = group.split_at(split);
                     if !create.is_empty() {
@@ -764,9 +791,12 @@ impl Dataplane for Kernel {
                     // Claims on virtual servers must be in the kernel before the servers
                     // are made (a crash in between must not leave an unowned server): when
                     // the entries go to a worker, the ownership set's stay here.
-                    let only_adds = rest.iter().all(|op| matches!(op, Op::AddEntries { .. }));
-                    let (claims, rest): (Vec<&Op>, Vec<&Op>) = if only_adds {
-                        rest.iter().partition(|op| is_claim(op))
+                    let only_adds = rest
+                        .iter()
+                        .all(|(_, op)| matches!(op, Op::AddEntries { .. }));
+                    type Ops<'a> = Vec<(usize, &'a Op)>;
+                    let (claims, rest): (Ops, Ops) = if only_adds {
+                        rest.iter().partition(|(_, op)| is_claim(op))
                     } else {
                         (Vec::new(), rest.to_vec())
                     };
@@ -774,12 +804,13 @@ impl Dataplane for Kernel {
                         self.apply_sets(&claims, &mut applied);
                     }
                     let rest = rest.as_slice();
-                    let background =
-                        rest.len() > 1 && rest.iter().all(|op| matches!(op, Op::AddEntries { .. }));
+                    let background = rest.len() > 1
+                        && rest
+                            .iter()
+                            .all(|(_, op)| matches!(op, Op::AddEntries { .. }));
                     let job = set_job(rest);
-                    let texts = job.texts.clone();
-                    if background
-                        && let Some(w) = Worker::start("sets", texts, move || run_sets(job))
+                    let ops = job.ops.clone();
+                    if background && let Some(w) = Worker::start("sets", ops, move || run_sets(job))
                     {
                         workers.push(w);
                     } else if !rest.is_empty() {
@@ -787,30 +818,30 @@ impl Dataplane for Kernel {
                     }
                 }
                 Kind::Addresses => {
-                    let adds_only = group.iter().all(|op| matches!(op, Op::AddAddress(_)));
+                    let adds_only = group.iter().all(|(_, op)| matches!(op, Op::AddAddress(_)));
                     match self.address_jobs(&group, &mut applied) {
                         Some((jobs, gone)) if adds_only && jobs.len() > 1 && gone.is_empty() => {
-                            let texts: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-                            match Worker::start("addresses", texts, move || address_worker(jobs)) {
+                            let ops: Vec<usize> = jobs.iter().map(|j| j.0).collect();
+                            match Worker::start("addresses", ops, move || address_worker(jobs)) {
                                 Some(w) => workers.push(w),
                                 None => self.apply_addresses(&group, &mut applied).await,
                             }
                         }
                         Some((jobs, gone)) => {
-                            merge(&mut applied, run_addresses(&self.links, jobs).await);
+                            applied.merge(run_addresses(&self.links, jobs).await);
                             if !gone.is_empty() {
-                                let more = self.converge(&gone).await;
-                                merge(&mut applied, more);
+                                let more = self.converge_for(&gone).await;
+                                applied.merge(more);
                             }
                         }
                         None => {}
                     }
                 }
                 Kind::One => {
-                    for op in group.iter() {
+                    for (i, op) in group.iter() {
                         match self.apply_one(op).await {
                             Ok(()) => applied.done += 1,
-                            Err(e) => applied.failed.push((op.to_string(), e.to_string())),
+                            Err(e) => applied.failed.push((*i, e)),
                         }
                         applied.messages += 1;
                     }
@@ -855,12 +886,9 @@ impl Kernel {
                 iptables::restore(self.backend, *family, &removal_input(rules))
             }
             Op::DestroySet(name) => {
-                let mut session =
-                    ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
-                let set = ipset::SetName::new(name.clone()).map_err(|e| ipset_error(name, e))?;
-                session
-                    .destroy(&set)
-                    .map_err(|e| ipset_error(&format!("destroy {name}"), e))
+                let mut session = ipset::Session::new()?;
+                session.destroy(&ipset::SetName::new(name.clone())?)?;
+                Ok(())
             }
             Op::DeleteLink => {
                 // The kernel deletes the routes through the link with it; bridges left on
@@ -881,10 +909,8 @@ impl Kernel {
                 self.bound.clear();
                 result
             }
-            other => Err(Error::Netlink {
-                what: other.to_string(),
-                message: "not a single operation".into(),
-            }),
+            // The plan's batched operations never come one by one.
+            _ => Err(Error::NotSingle),
         }
     }
 }
@@ -1052,7 +1078,7 @@ fn set_entry(e: &ipset::Entry) -> Option<SetEntry> {
     })
 }
 
-fn lib_entry(e: &SetEntry) -> Result<ipset::Entry, String> {
+fn lib_entry(e: &SetEntry, set: &str) -> Result<ipset::Entry, ipset::Error> {
     Ok(match *e {
         SetEntry::Ip(ip) => ipset::Entry::Ip(ip),
         SetEntry::IpPort(ip, p, port) => ipset::Entry::IpPort {
@@ -1070,15 +1096,19 @@ fn lib_entry(e: &SetEntry) -> Result<ipset::Entry, String> {
             ip,
             protocol: lib_protocol(p),
             port,
-            net: ipset::Net::new(net.network(), net.prefix_len())
-                .ok_or_else(|| format!("bad network {net}"))?,
+            net: ipset::Net::new(net.network(), net.prefix_len()).ok_or_else(|| {
+                ipset::Error::Invalid {
+                    set: set.to_string(),
+                    reason: format!("bad network {net}"),
+                }
+            })?,
         },
         SetEntry::Port(p) => ipset::Entry::Port(p),
     })
 }
 
-fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, String> {
-    let name = |n: &str| ipset::SetName::new(n).map_err(|e| e.to_string());
+fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, ipset::Error> {
+    let name = ipset::SetName::new;
     Ok(match op {
         Op::CreateSet {
             name: n,
@@ -1114,14 +1144,14 @@ fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, String> {
             let n = name(set)?;
             entries
                 .iter()
-                .map(|e| lib_entry(e).map(|e| ipset::Op::add(&n, e)))
+                .map(|e| lib_entry(e, set).map(|e| ipset::Op::add(&n, e)))
                 .collect::<Result<_, _>>()?
         }
         Op::DelEntries { set, entries } => {
             let n = name(set)?;
             entries
                 .iter()
-                .map(|e| lib_entry(e).map(|e| ipset::Op::del(&n, e)))
+                .map(|e| lib_entry(e, set).map(|e| ipset::Op::del(&n, e)))
                 .collect::<Result<_, _>>()?
         }
         _ => Vec::new(),
@@ -1129,15 +1159,9 @@ fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, String> {
 }
 
 fn ipvs_error(what: &str, e: ipvs_netlink::Error) -> Error {
-    Error::Netlink {
-        what: what.to_string(),
-        message: e.to_string(),
-    }
+    Error::request(what, e)
 }
 
 fn ipset_error(what: &str, e: ipset::Error) -> Error {
-    Error::Netlink {
-        what: format!("ipset {what}"),
-        message: e.to_string(),
-    }
+    Error::request(format!("ipset {what}"), e)
 }

@@ -23,16 +23,28 @@ pub struct Memory {
     pub observed: usize,
     /// The filter of every conntrack cleanup asked for.
     pub conntrack_cleanups: Vec<ConntrackFilter>,
-    /// Operations the kernel refuses: those whose description contains one of these (as
-    /// a kernel without some scheduler module refuses its virtual servers).
+    /// Operations the kernel refuses: those whose description contains one of these. IPVS
+    /// refuses with `ENOENT`, as a kernel without some scheduler module refuses its virtual
+    /// servers; the others with [`Error::Refused`].
     pub refuse: Vec<String>,
-    /// When set, reading the kernel fails with this message (as without the IPVS module).
-    pub unavailable: Option<String>,
+    /// When set, reading the kernel fails as it does without the IPVS module.
+    pub unavailable: bool,
+}
+
+/// Why the in-memory kernel refused an operation: what the kernel would answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The object to make exists already.
+    #[error("{0} exists")]
+    Exists(String),
+    /// The object to change or delete does not exist.
+    #[error("no {0}")]
+    Missing(String),
 }
 
 impl Memory {
     /// Applies one operation; fails like the kernel would (missing object, duplicate).
-    pub fn apply_op(&mut self, op: &Op) -> Result<(), String> {
+    pub fn apply_op(&mut self, op: &Op) -> Result<(), Refusal> {
         let s = &mut self.state;
         match op {
             Op::CreateLink => s.link = true,
@@ -41,7 +53,7 @@ impl Memory {
             }
             Op::CreateSet { name, kind, family } => {
                 if s.sets.contains_key(name) {
-                    return Err(format!("set {name} exists"));
+                    return Err(Refusal::Exists(format!("set {name}")));
                 }
                 s.sets.insert(
                     name.clone(),
@@ -53,18 +65,24 @@ impl Memory {
                 );
             }
             Op::AddEntries { set, entries } => {
-                let set = s.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?;
+                let set = s
+                    .sets
+                    .get_mut(set)
+                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
                 set.entries.extend(entries.iter().copied());
             }
             Op::DelEntries { set, entries } => {
-                let set = s.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?;
+                let set = s
+                    .sets
+                    .get_mut(set)
+                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
                 for e in entries {
                     set.entries.remove(e);
                 }
             }
             Op::AddAddress(ip) => {
                 if !s.link {
-                    return Err("no link".into());
+                    return Err(Refusal::Missing("link".into()));
                 }
                 s.addresses.insert(*ip);
             }
@@ -77,14 +95,14 @@ impl Memory {
             }
             Op::AddService { key, service } => {
                 if s.services.insert(*key, service.clone()).is_some() {
-                    return Err(format!("{key} exists"));
+                    return Err(Refusal::Exists(key.to_string()));
                 }
             }
             Op::UpdateService { key, service } => {
                 let vs = s
                     .services
                     .get_mut(key)
-                    .ok_or_else(|| format!("no service {key}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
                 let destinations = std::mem::take(&mut vs.destinations);
                 let connections = std::mem::take(&mut vs.connections);
                 *vs = VirtualServer {
@@ -106,23 +124,23 @@ impl Memory {
                 let vs = s
                     .services
                     .get_mut(key)
-                    .ok_or_else(|| format!("no service {key}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
                 vs.destinations.insert(*destination, *weight);
             }
             Op::DelDestination { key, destination } => {
                 let vs = s
                     .services
                     .get_mut(key)
-                    .ok_or_else(|| format!("no service {key}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
                 vs.destinations
                     .remove(destination)
-                    .ok_or_else(|| format!("no destination {destination}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("destination {destination}")))?;
                 vs.connections.remove(destination);
             }
             Op::DelService(key) => {
                 s.services
                     .remove(key)
-                    .ok_or_else(|| format!("no service {key}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
             }
             Op::RemoveRules { family, .. } => {
                 s.rules.remove(family);
@@ -130,7 +148,7 @@ impl Memory {
             Op::DestroySet(name) => {
                 s.sets
                     .remove(name)
-                    .ok_or_else(|| format!("no set {name}"))?;
+                    .ok_or_else(|| Refusal::Missing(format!("set {name}")))?;
             }
             Op::DeleteLink => {
                 s.link = false;
@@ -141,14 +159,39 @@ impl Memory {
     }
 }
 
+impl Memory {
+    /// Whether the test asked to refuse `op` (its description names one of [`Memory::refuse`]).
+    fn refuses(&self, op: &Op) -> bool {
+        if self.refuse.is_empty() {
+            return false;
+        }
+        let text = op.to_string();
+        self.refuse.iter().any(|p| text.contains(p.as_str()))
+    }
+}
+
+/// The error of an operation the test asked to refuse.
+fn refusal(op: &Op) -> Error {
+    match op {
+        Op::AddService { .. }
+        | Op::UpdateService { .. }
+        | Op::DelService(_)
+        | Op::AddDestination { .. }
+        | Op::UpdateDestination { .. }
+        | Op::DelDestination { .. } => ipvs_netlink::Error::from_errno(libc::ENOENT).into(),
+        _ => Error::Refused,
+    }
+}
+
 impl Dataplane for Memory {
     async fn observe(&mut self) -> Result<Observation, Error> {
         self.observed += 1;
-        if let Some(message) = &self.unavailable {
-            return Err(Error::Netlink {
-                what: "list IPVS services".into(),
-                message: message.clone(),
-            });
+        if self.unavailable {
+            let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(Error::request(
+                "list IPVS services",
+                ipvs_netlink::Error::FamilyMissing(missing),
+            ));
         }
         let mut state = self.state.clone();
         // The kernel reports counts for every real server: none recorded means none open.
@@ -165,15 +208,14 @@ impl Dataplane for Memory {
 
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
         let mut applied = Applied::default();
-        for op in &plan.ops {
-            let text = op.to_string();
-            if self.refuse.iter().any(|p| text.contains(p.as_str())) {
-                applied.failed.push((text, "refused".into()));
+        for (i, op) in plan.ops.iter().enumerate() {
+            if self.refuses(op) {
+                applied.failed.push((i, refusal(op)));
                 continue;
             }
             match self.apply_op(op) {
                 Ok(()) => applied.done += 1,
-                Err(e) => applied.failed.push((op.to_string(), e)),
+                Err(e) => applied.failed.push((i, e.into())),
             }
         }
         self.applied.push(plan.clone());
