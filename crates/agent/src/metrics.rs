@@ -79,32 +79,6 @@ pub fn family_label(f: Family) -> &'static str {
     }
 }
 
-/// The `kind` label of an operation in `kube_proxy_ipvs_operations_total`.
-#[allow(unreachable_patterns)]
-pub fn op_kind(op: &Op) -> &'static str {
-    match op {
-        Op::CreateLink => "create_link",
-        Op::SetSysctl { .. } => "set_sysctl",
-        Op::CreateSet { .. } => "create_set",
-        Op::AddEntries { .. } => "add_set_entries",
-        Op::AddAddress(_) => "add_address",
-        Op::WriteRules { .. } => "write_rules",
-        Op::AddService { .. } => "add_service",
-        Op::UpdateService { .. } => "update_service",
-        Op::AddDestination { .. } => "add_destination",
-        Op::UpdateDestination { .. } => "update_destination",
-        Op::DelDestination { .. } => "del_destination",
-        Op::DelService(_) => "del_service",
-        Op::DelAddress(_) => "del_address",
-        Op::DelEntries { .. } => "del_set_entries",
-        Op::RemoveRules { .. } => "remove_rules",
-        Op::DestroySet(_) => "destroy_set",
-        Op::DeleteLink => "delete_link",
-        // Operations added later are still counted.
-        _ => "other",
-    }
-}
-
 /// What one sync did, in the terms the metrics need.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SyncObservation {
@@ -133,7 +107,7 @@ impl SyncObservation {
         };
         let failed: BTreeSet<usize> = applied.failed.iter().map(|(i, _)| *i).collect();
         for (i, op) in plan.ops.iter().enumerate() {
-            let kind = op_kind(op);
+            let kind = op.kind().label();
             if failed.contains(&i) {
                 *obs.failed.entry(kind).or_default() += 1;
                 if let Op::WriteRules { family, .. } = op {

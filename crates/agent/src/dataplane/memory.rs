@@ -1,14 +1,13 @@
-//! An in-memory kernel: applies plans to a [`KernelState`] exactly as the real dataplane
-//! would, for tests of the sync loop.
-
-use std::collections::BTreeSet;
+//! An in-memory kernel for tests of the sync loop: applies plans to a [`KernelState`] with
+//! the model's shadow ([`KernelState::apply`]), exactly as the real dataplane would.
 
 use super::conntrack::Cleaned;
 use super::{Applied, Dataplane, Error, Observation};
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
-use crate::model::kernel::{KernelState, Set, VirtualServer};
+use crate::model::kernel::KernelState;
 use crate::model::plan::{Op, Plan};
+pub use crate::model::shadow::Refusal;
 
 /// The in-memory kernel.
 #[derive(Debug, Clone, Default)]
@@ -31,131 +30,10 @@ pub struct Memory {
     pub unavailable: bool,
 }
 
-/// Why the in-memory kernel refused an operation: what the kernel would answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    /// The object to make exists already.
-    #[error("{0} exists")]
-    Exists(String),
-    /// The object to change or delete does not exist.
-    #[error("no {0}")]
-    Missing(String),
-}
-
 impl Memory {
     /// Applies one operation; fails like the kernel would (missing object, duplicate).
     pub fn apply_op(&mut self, op: &Op) -> Result<(), Refusal> {
-        let s = &mut self.state;
-        match op {
-            Op::CreateLink => s.link = true,
-            Op::SetSysctl { key, value } => {
-                s.sysctls.insert(key.clone(), value.clone());
-            }
-            Op::CreateSet { name, kind, family } => {
-                if s.sets.contains_key(name) {
-                    return Err(Refusal::Exists(format!("set {name}")));
-                }
-                s.sets.insert(
-                    name.clone(),
-                    Set {
-                        kind: *kind,
-                        family: *family,
-                        entries: BTreeSet::new(),
-                    },
-                );
-            }
-            Op::AddEntries { set, entries } => {
-                let set = s
-                    .sets
-                    .get_mut(set)
-                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
-                set.entries.extend(entries.iter().copied());
-            }
-            Op::DelEntries { set, entries } => {
-                let set = s
-                    .sets
-                    .get_mut(set)
-                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
-                for e in entries {
-                    set.entries.remove(e);
-                }
-            }
-            Op::AddAddress(ip) => {
-                if !s.link {
-                    return Err(Refusal::Missing("link".into()));
-                }
-                s.addresses.insert(*ip);
-            }
-            Op::DelAddress(ip) => {
-                s.addresses.remove(ip);
-            }
-            Op::WriteRules { family, rules, .. } => {
-                // Holds every jump afterwards, as the kernel does.
-                s.rules.insert(*family, rules.clone());
-            }
-            Op::AddService { key, service } => {
-                if s.services.insert(*key, service.clone()).is_some() {
-                    return Err(Refusal::Exists(key.to_string()));
-                }
-            }
-            Op::UpdateService { key, service } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                let destinations = std::mem::take(&mut vs.destinations);
-                let connections = std::mem::take(&mut vs.connections);
-                *vs = VirtualServer {
-                    destinations,
-                    connections,
-                    ..service.clone()
-                };
-            }
-            Op::AddDestination {
-                key,
-                destination,
-                weight,
-            }
-            | Op::UpdateDestination {
-                key,
-                destination,
-                weight,
-            } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                vs.destinations.insert(*destination, *weight);
-            }
-            Op::DelDestination { key, destination } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                vs.destinations
-                    .remove(destination)
-                    .ok_or_else(|| Refusal::Missing(format!("destination {destination}")))?;
-                vs.connections.remove(destination);
-            }
-            Op::DelService(key) => {
-                s.services
-                    .remove(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-            }
-            Op::RemoveRules { family, .. } => {
-                s.rules.remove(family);
-            }
-            Op::DestroySet(name) => {
-                s.sets
-                    .remove(name)
-                    .ok_or_else(|| Refusal::Missing(format!("set {name}")))?;
-            }
-            Op::DeleteLink => {
-                s.link = false;
-                s.addresses.clear();
-            }
-        }
-        Ok(())
+        self.state.apply(op)
     }
 }
 
@@ -172,14 +50,10 @@ impl Memory {
 
 /// The error of an operation the test asked to refuse.
 fn refusal(op: &Op) -> Error {
-    match op {
-        Op::AddService { .. }
-        | Op::UpdateService { .. }
-        | Op::DelService(_)
-        | Op::AddDestination { .. }
-        | Op::UpdateDestination { .. }
-        | Op::DelDestination { .. } => ipvs_netlink::Error::from_errno(libc::ENOENT).into(),
-        _ => Error::Refused,
+    if op.kind().object().is_ipvs() {
+        ipvs_netlink::Error::from_errno(libc::ENOENT).into()
+    } else {
+        Error::Refused
     }
 }
 
