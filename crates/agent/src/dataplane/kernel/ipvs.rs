@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::channel::oneshot;
 use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags, ServiceKey};
 use tracing::{debug, warn};
 
@@ -20,8 +21,16 @@ use crate::model::plan::Op;
 /// add-or-update), so a cold sync sends its tens of thousands in slices of this many.
 const IPVS_CHUNK: usize = 512;
 
-/// Destination dumps in flight while observing: the kernel runs one dump per socket at a time.
-const DUMP_CONCURRENCY: usize = 1;
+/// Sockets each reader of real servers dumps over, one dump in flight on each (the kernel
+/// runs one dump per socket at a time): while the reader decodes one reply, the kernel fills
+/// the next.
+pub(super) const DUMP_SOCKETS: usize = 2;
+/// Threads that read real servers beside the agent's own, each with its own runtime and
+/// sockets: the reading of a full sync (one dump per virtual server) uses a second core.
+const DUMP_THREADS: usize = 1;
+/// Virtual servers from which the reading is shared with threads: below, a thread and its
+/// sockets cost more than they save.
+const SHARED_FROM: usize = 256;
 /// Service dumps made at most to get two in a row that agree: IPVS resumes a long dump by a
 /// position counted over every network namespace's services, so another namespace's changes
 /// can make one dump repeat or skip ours (a skipped leftover would never be deleted).
@@ -46,23 +55,36 @@ impl Kernel {
             .into_iter()
             .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
             .collect();
-        let ipvs = self.ipvs.clone();
-        let with_dests: Vec<Result<(VsKey, VirtualServer), Error>> = futures::stream::iter(ours)
-            .map(|(key, svc)| {
-                let ipvs = ipvs.clone();
-                async move {
-                    let dests = ipvs
-                        .destinations(&svc.key)
-                        .list()
-                        .await
-                        .map_err(|e| ipvs_error(&format!("list destinations of {key}"), e))?;
-                    Ok((key, virtual_server(&svc, &dests)))
-                }
-            })
-            .buffer_unordered(DUMP_CONCURRENCY)
-            .collect()
-            .await;
-        with_dests.into_iter().collect()
+        // Virtual server i is read by reader i % readers: the shares are alike in size
+        // and mix large and small servers.
+        let readers = if ours.len() >= SHARED_FROM {
+            DUMP_THREADS + 1
+        } else {
+            1
+        };
+        let mut shares: Vec<Vec<(usize, VsKey, Service)>> = vec![Vec::new(); readers];
+        for (i, (key, svc)) in ours.into_iter().enumerate() {
+            shares[i % readers].push((i, key, svc));
+        }
+        let mut here = shares.remove(0);
+        let mut threads = Vec::new();
+        for share in shares {
+            match spawn_reader(share) {
+                Ok(thread) => threads.push(thread),
+                // No thread: this one reads that share too.
+                Err(share) => here.extend(share),
+            }
+        }
+        let mut read = read_destinations(&self.dumpers, here).await;
+        for thread in threads {
+            match thread.await {
+                Ok(more) => read.extend(more),
+                Err(_) => return Err(Error::WorkerStopped("IPVS reader")),
+            }
+        }
+        // The first failure in the services' order, whatever reader met it.
+        read.sort_unstable_by_key(|(i, _)| *i);
+        read.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Sends IPVS operations in batches of [`IPVS_CHUNK`].
@@ -210,6 +232,98 @@ fn ipvs_destination(addr: &std::net::SocketAddr, weight: u32) -> Destination {
     let mut d = Destination::new(addr.ip(), addr.port(), ForwardMethod::Masquerade);
     d.weight = weight;
     d
+}
+
+/// Real servers read, each with its virtual server's position in the list.
+type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;
+
+/// Reads the real servers of `services` over `sockets`, one dump in flight on each.
+async fn read_destinations(
+    sockets: &[ipvs_netlink::Handle],
+    services: Vec<(usize, VsKey, Service)>,
+) -> Read {
+    let n = sockets.len().max(1);
+    // `buffered` keeps at most n consecutive services in flight, so the socket of service
+    // j (j % n) is never asked twice at once.
+    futures::stream::iter(services.into_iter().enumerate())
+        .map(|(j, (i, key, svc))| {
+            let ipvs = sockets[j % n].clone();
+            async move {
+                let read = ipvs
+                    .destinations(&svc.key)
+                    .list()
+                    .await
+                    .map(|dests| (key, virtual_server(&svc, &dests)))
+                    .map_err(|e| ipvs_error(&format!("list destinations of {key}"), e));
+                (i, read)
+            }
+        })
+        .buffered(n)
+        .collect()
+        .await
+}
+
+/// Starts a thread (in the caller's network namespace) that reads the real servers of
+/// `services` over sockets of its own; gives the services back when no thread can start.
+fn spawn_reader(
+    services: Vec<(usize, VsKey, Service)>,
+) -> Result<oneshot::Receiver<Read>, Vec<(usize, VsKey, Service)>> {
+    // The services go over once the thread runs, so a failed start keeps them here.
+    let (work_tx, work_rx) = std::sync::mpsc::channel();
+    let (tx, rx) = oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("kernel-ipvs-reader".into())
+        .spawn(move || {
+            if let Ok(services) = work_rx.recv() {
+                let _ = tx.send(read_on_thread(services));
+            }
+        });
+    match started {
+        Ok(_) => match work_tx.send(services) {
+            Ok(()) => Ok(rx),
+            Err(std::sync::mpsc::SendError(services)) => Err(services),
+        },
+        Err(_) => Err(services),
+    }
+}
+
+/// The work of a reader thread: a runtime and sockets of its own, then the dumps.
+fn read_on_thread(services: Vec<(usize, VsKey, Service)>) -> Read {
+    let fail = |services: Vec<(usize, VsKey, Service)>, e: Error| {
+        let e = Arc::new(e);
+        services
+            .into_iter()
+            .map(|(i, _, _)| (i, Err(Error::Shared(e.clone()))))
+            .collect()
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(source) => {
+            let what = "start the IPVS reader's runtime";
+            return fail(services, Error::Io { what, source });
+        }
+    };
+    rt.block_on(async {
+        match connect_sockets().await {
+            Ok(sockets) => read_destinations(&sockets, services).await,
+            Err(e) => fail(services, e),
+        }
+    })
+}
+
+/// [`DUMP_SOCKETS`] connections to IPVS.
+pub(super) async fn connect_sockets() -> Result<Vec<ipvs_netlink::Handle>, Error> {
+    let mut sockets = Vec::with_capacity(DUMP_SOCKETS);
+    for _ in 0..DUMP_SOCKETS {
+        let socket = ipvs_netlink::connect()
+            .await
+            .map_err(|e| ipvs_error("connect to IPVS", e))?;
+        sockets.push(socket);
+    }
+    Ok(sockets)
 }
 
 /// `e` as the failure of `what`, a request that is no operation of a plan.

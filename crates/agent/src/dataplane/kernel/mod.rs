@@ -40,6 +40,8 @@ pub use self::addresses::Rebound;
 /// The real kernel.
 pub struct Kernel {
     ipvs: ipvs_netlink::Handle,
+    /// Sockets the agent's thread reads real servers over (see `ipvs::DUMP_SOCKETS`).
+    dumpers: Vec<ipvs_netlink::Handle>,
     links: Links,
     backend: Backend,
     families: Vec<Family>,
@@ -65,11 +67,13 @@ impl Kernel {
         let ipvs = ipvs_netlink::connect()
             .await
             .map_err(|e| ipvs_error("connect to IPVS", e))?;
+        let dumpers = ipvs::connect_sockets().await?;
         let links = Links::connect()?;
         let backend = Backend::detect()?;
         debug!(?backend, "iptables backend");
         Ok(Kernel {
             ipvs,
+            dumpers,
             links,
             backend,
             families,
