@@ -79,32 +79,6 @@ pub fn family_label(f: Family) -> &'static str {
     }
 }
 
-/// The `kind` label of an operation in `kube_proxy_ipvs_operations_total`.
-#[allow(unreachable_patterns)]
-pub fn op_kind(op: &Op) -> &'static str {
-    match op {
-        Op::CreateLink => "create_link",
-        Op::SetSysctl { .. } => "set_sysctl",
-        Op::CreateSet { .. } => "create_set",
-        Op::AddEntries { .. } => "add_set_entries",
-        Op::AddAddress(_) => "add_address",
-        Op::WriteRules { .. } => "write_rules",
-        Op::AddService { .. } => "add_service",
-        Op::UpdateService { .. } => "update_service",
-        Op::AddDestination { .. } => "add_destination",
-        Op::UpdateDestination { .. } => "update_destination",
-        Op::DelDestination { .. } => "del_destination",
-        Op::DelService(_) => "del_service",
-        Op::DelAddress(_) => "del_address",
-        Op::DelEntries { .. } => "del_set_entries",
-        Op::RemoveRules { .. } => "remove_rules",
-        Op::DestroySet(_) => "destroy_set",
-        Op::DeleteLink => "delete_link",
-        // Operations added later are still counted.
-        _ => "other",
-    }
-}
-
 /// What one sync did, in the terms the metrics need.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SyncObservation {
@@ -124,18 +98,17 @@ pub struct SyncObservation {
 }
 
 impl SyncObservation {
-    /// Counts `plan` and `applied` by operation kind. A failed operation is matched to its
-    /// plan entry by its text ([`Applied::failed`] holds `op.to_string()`).
+    /// Counts `plan` and `applied` (the outcome of `plan`) by operation kind.
     pub fn from_plan(plan: &Plan, applied: &Applied, duration: Duration, at: SystemTime) -> Self {
         let mut obs = SyncObservation {
             duration,
             at: Some(at),
             ..Self::default()
         };
-        let failed: BTreeSet<&str> = applied.failed.iter().map(|(op, _)| op.as_str()).collect();
-        for op in &plan.ops {
-            let kind = op_kind(op);
-            if !failed.is_empty() && failed.contains(op.to_string().as_str()) {
+        let failed: BTreeSet<usize> = applied.failed.iter().map(|(i, _)| *i).collect();
+        for (i, op) in plan.ops.iter().enumerate() {
+            let kind = op.kind().label();
+            if failed.contains(&i) {
                 *obs.failed.entry(kind).or_default() += 1;
                 if let Op::WriteRules { family, .. } = op {
                     obs.restore_failed.insert(*family);
@@ -853,10 +826,7 @@ mod tests {
         };
         let applied = Applied {
             done: 3,
-            failed: vec![(
-                Op::DelAddress("10.96.0.3".parse().unwrap()).to_string(),
-                "EBUSY".into(),
-            )],
+            failed: vec![(3, ipvs_netlink::Error::from_errno(16).into())],
             messages: 4,
         };
         let obs = SyncObservation::from_plan(&plan, &applied, Duration::from_millis(3), at);
@@ -911,7 +881,13 @@ mod tests {
         };
         let applied = Applied {
             done: 0,
-            failed: vec![(write.to_string(), "exit 1".into())],
+            failed: vec![(
+                0,
+                crate::dataplane::Error::Tool {
+                    program: "ip6tables-restore".into(),
+                    message: "exit 1".into(),
+                },
+            )],
             messages: 0,
         };
         m.observe_sync(

@@ -76,7 +76,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         let Observation { state, .. } = kernel.observe().await?;
         let p = plan::cleanup(&state, &config.exclude_cidrs);
         let applied = kernel.apply(&p).await?;
-        for (op, e) in &applied.failed {
+        for (op, e) in applied.failures(&p) {
             warn!(op = %op, error = %e, "cleanup step failed");
         }
         info!(
@@ -171,12 +171,12 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     // A node switched to the other binding moves its VIPs before the first sync, keeping
     // each one local throughout (established connections through it go on).
     match kernel.rebind_vips().await {
-        Ok(applied) => {
-            for (op, e) in &applied.failed {
-                warn!(op = %op, error = %e, "rebinding a VIP failed");
+        Ok(rebound) => {
+            for (step, e) in &rebound.failed {
+                warn!(op = %step, error = %e, "rebinding a VIP failed");
             }
-            if applied.messages > 0 {
-                info!(binding = %config.vip_binding, requests = applied.messages, failed = applied.failed.len(), "VIPs rebound");
+            if rebound.messages > 0 {
+                info!(binding = %config.vip_binding, requests = rebound.messages, failed = rebound.failed.len(), "VIPs rebound");
             }
         }
         Err(e) => warn!(error = %e, "cannot read the VIPs' bindings; the sync will"),
@@ -189,7 +189,7 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         for w in &report.warnings {
             warn!("{w}");
         }
-        for (op, e) in &report.applied.failed {
+        for (op, e) in report.applied.failures(&report.plan) {
             warn!(op = %op, error = %e, "operation failed");
         }
         info!(
@@ -412,9 +412,8 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
             // nothing at all makes the agent unhealthy (`on_blocked` below).
             if !report
                 .applied
-                .failed
-                .iter()
-                .any(|(op, _)| op.starts_with("write "))
+                .failures(&report.plan)
+                .any(|(op, _)| matches!(op, Op::WriteRules { .. }))
             {
                 health.updated();
             }

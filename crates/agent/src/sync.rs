@@ -16,7 +16,6 @@ mod failures;
 mod programming;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,18 +24,18 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::dataplane::conntrack::Cleaned;
-use crate::dataplane::memory::Memory;
 use crate::dataplane::{Applied, Dataplane, Error, Observation};
 use crate::model::cluster::{Cluster, ServiceRef, changed_services};
 use crate::model::config::ProxyConfig;
 use crate::model::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
 use crate::model::drain::{DestinationKey, Draining};
 use crate::model::incremental::Incremental;
-use crate::model::iptables::canonical;
 use crate::model::kernel::KernelState;
-use crate::model::plan::{Op, Plan, plan_draining, plan_scoped};
+use crate::model::plan::{Plan, plan_draining, plan_scoped};
 use crate::model::priority::priority_plan;
+use crate::model::shadow::Shadow;
 
+pub use crate::model::drift::{DRIFT_KINDS, Drift};
 pub use failures::{Backoff, FailureLog, cannot_program};
 
 /// Timing of the loop.
@@ -49,7 +48,7 @@ pub struct Periods {
 }
 
 /// What one sync did.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Report {
     /// Whether the kernel was read first.
     pub full: bool,
@@ -87,197 +86,13 @@ pub struct Report {
     pub health_check_addresses: crate::model::desired::HealthCheckAddresses,
 }
 
-/// The kinds of kernel object whose drift is counted, as the `kind` label of
-/// `kube_proxy_ipvs_drift_repaired_total` names them.
-pub const DRIFT_KINDS: &[&str] = &[
-    "virtual_server",
-    "real_server",
-    "set",
-    "set_entry",
-    "chain",
-    "jump",
-    "address",
-    "link",
-    "sysctl",
-];
-
-/// How many examples of each kind [`Drift`] keeps for its log line.
-const DRIFT_EXAMPLES: usize = 3;
-
-/// Kernel objects a full sync put back after someone else changed them, by kind (one of
-/// [`DRIFT_KINDS`]): a virtual server deleted or re-scheduled, a real server deleted or
-/// re-weighted, a set destroyed, set entries removed or added, a chain deleted or its rules
-/// changed, a jump from a built-in chain deleted, an address of `kube-ipvs0` removed or
-/// added, the link deleted, a sysctl changed. Real servers that drain, or end draining, are
-/// the agent's own doing and never drift.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Drift {
-    /// Objects repaired, by kind.
-    pub counts: BTreeMap<&'static str, u64>,
-    /// The first few objects of each kind, named for the log.
-    pub examples: BTreeMap<&'static str, Vec<String>>,
-}
-
-impl Drift {
-    /// The objects `plan` repairs in `observed` (the kernel as read by the full sync that made
-    /// the plan), by kind.
-    pub fn of(plan: &Plan, observed: &KernelState) -> Drift {
-        let mut d = Drift::default();
-        for op in &plan.ops {
-            match op {
-                Op::CreateLink => d.add("link", 1, || crate::model::kernel::LINK_NAME.into()),
-                Op::SetSysctl { key, value } => d.add("sysctl", 1, || {
-                    let was = observed.sysctls.get(key).map_or("unset", String::as_str);
-                    format!("{key} {was} -> {value}")
-                }),
-                Op::CreateSet { name, .. } => d.add("set", 1, || name.clone()),
-                Op::AddEntries { set, entries } | Op::DelEntries { set, entries } => {
-                    let how = if matches!(op, Op::AddEntries { .. }) {
-                        "missing"
-                    } else {
-                        "foreign"
-                    };
-                    d.add("set_entry", entries.len() as u64, || {
-                        let first = entries.first().map(ToString::to_string).unwrap_or_default();
-                        format!("{set} {first} {how}")
-                    })
-                }
-                Op::AddAddress(ip) => d.add("address", 1, || format!("{ip} missing")),
-                Op::DelAddress(ip) => d.add("address", 1, || format!("{ip} foreign")),
-                Op::WriteRules {
-                    family,
-                    rules,
-                    missing_jumps,
-                } => {
-                    let suffix = match family {
-                        crate::model::cluster::Family::V4 => "",
-                        crate::model::cluster::Family::V6 => " (IPv6)",
-                    };
-                    let have = observed.rules.get(family).cloned().unwrap_or_default();
-                    let (want_chains, have_chains) =
-                        (canonical(rules, *family), canonical(&have, *family));
-                    let mut counted = false;
-                    for (chain, lines) in &want_chains {
-                        if have_chains.get(chain) != Some(lines) {
-                            counted = true;
-                            let missing = !have_chains.contains_key(chain);
-                            d.add("chain", 1, || {
-                                let how = if missing { "missing" } else { "changed" };
-                                format!("{} {} {how}{suffix}", chain.0, chain.1)
-                            });
-                        }
-                    }
-                    for (table, jump) in missing_jumps {
-                        counted = true;
-                        d.add("jump", 1, || format!("{table} {}{suffix}", jump_name(jump)));
-                    }
-                    if !counted {
-                        // Planned for a difference the canonical form does not show: still a
-                        // rewrite of the agent's chains.
-                        d.add("chain", 1, || format!("rules{suffix}"));
-                    }
-                }
-                Op::AddService { key, .. } => {
-                    d.add("virtual_server", 1, || format!("{key} missing"))
-                }
-                Op::UpdateService { key, service } => d.add("virtual_server", 1, || {
-                    let was = observed
-                        .services
-                        .get(key)
-                        .map_or("?", |vs| vs.scheduler.as_str());
-                    format!("{key} scheduler {was} -> {}", service.scheduler)
-                }),
-                Op::DelService(key) => d.add("virtual_server", 1, || format!("{key} foreign")),
-                Op::AddDestination {
-                    key, destination, ..
-                } => d.add("real_server", 1, || {
-                    format!("{destination} of {key} missing")
-                }),
-                // Weight 0 starts a drain: the agent's own doing.
-                Op::UpdateDestination { weight: 0, .. } | Op::DelDestination { .. } => {}
-                Op::UpdateDestination {
-                    key,
-                    destination,
-                    weight,
-                } => d.add("real_server", 1, || {
-                    let was = observed
-                        .services
-                        .get(key)
-                        .and_then(|vs| vs.destinations.get(destination))
-                        .map_or("?".to_string(), ToString::to_string);
-                    format!("{destination} of {key} weight {was} -> {weight}")
-                }),
-                // Only --cleanup plans these.
-                Op::RemoveRules { .. } | Op::DestroySet(_) | Op::DeleteLink => {}
-            }
-        }
-        d
-    }
-
-    /// Every object repaired, all kinds together.
-    pub fn total(&self) -> u64 {
-        self.counts.values().sum()
-    }
-
-    /// True when nothing was repaired.
-    pub fn is_empty(&self) -> bool {
-        self.total() == 0
-    }
-
-    fn add(&mut self, kind: &'static str, n: u64, example: impl FnOnce() -> String) {
-        if n == 0 {
-            return;
-        }
-        *self.counts.entry(kind).or_default() += n;
-        let examples = self.examples.entry(kind).or_default();
-        if examples.len() < DRIFT_EXAMPLES {
-            examples.push(example());
-        }
-    }
-}
-
-/// `-A PREROUTING -m comment --comment "..." -j KUBE-SERVICES` as `PREROUTING -> KUBE-SERVICES`.
-fn jump_name(rule: &str) -> String {
-    let chain = rule
-        .strip_prefix("-A ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or("?");
-    let target = rule.rsplit_once("-j ").map_or("?", |(_, t)| t.trim());
-    format!("{chain} -> {target}")
-}
-
-/// `1 virtual_server (10.96.0.10:80/TCP missing), 2 real_server (a, b)`: counts by kind with
-/// a few examples each, `, ...` when there were more.
-impl fmt::Display for Drift {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut first = true;
-        for (kind, n) in &self.counts {
-            if !first {
-                f.write_str(", ")?;
-            }
-            first = false;
-            write!(f, "{n} {kind}")?;
-            let examples = self.examples.get(kind).map(Vec::as_slice).unwrap_or(&[]);
-            if !examples.is_empty() {
-                let more = if (examples.len() as u64) < *n {
-                    ", ..."
-                } else {
-                    ""
-                };
-                write!(f, " ({}{more})", examples.join(", "))?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Runs syncs against a dataplane.
 pub struct Syncer<D> {
     dataplane: D,
     config: ProxyConfig,
     /// What the agent believes the kernel holds: the last observation with every applied
     /// plan replayed on it.
-    shadow: Option<Memory>,
+    shadow: Option<Shadow>,
     /// The real servers that drain, and since when.
     draining: Draining,
     /// Whether a real server started draining since the kernel was last read (its
@@ -370,11 +185,7 @@ impl<D: Dataplane> Syncer<D> {
             // The old shadow goes before the kernel is read: never two copies of its state.
             self.shadow = None;
             let Observation { state, host } = self.dataplane.observe().await?;
-            self.shadow = Some(Memory {
-                state,
-                host,
-                ..Memory::default()
-            });
+            self.shadow = Some(Shadow { state, host });
         }
         // The first sync of this process programs the priority Services (the API server's,
         // the cluster DNS) before computing and applying everything else.
@@ -491,10 +302,7 @@ impl<D: Dataplane> Syncer<D> {
         };
         let shadow = self.shadow.as_mut().expect("observed above");
         if applied.failed.is_empty() {
-            for op in &p.ops {
-                // The plan was made against the shadow, so replaying it cannot fail.
-                let _ = shadow.apply_op(op);
-            }
+            shadow.replay(&p.ops);
         } else {
             // Something failed: the kernel is not what we think; read it again next time.
             self.shadow = None;
@@ -526,19 +334,22 @@ impl<D: Dataplane> Syncer<D> {
             self.clean_conntrack(conntrack, &mut warnings).await
         };
         let (p, applied) = match first {
-            Some((first, first_applied)) => (
-                {
-                    // In place: a collected copy of a cold plan doubled its peak memory.
-                    let mut p = p;
-                    p.ops.splice(0..0, first.ops);
-                    p
-                },
-                Applied {
-                    done: first_applied.done + applied.done,
-                    failed: applied.failed,
-                    messages: first_applied.messages + applied.messages,
-                },
-            ),
+            Some((first, mut first_applied)) => {
+                // The report's plan is the two plans in turn: the second's indices move.
+                let offset = first.ops.len();
+                first_applied.merge(Applied {
+                    failed: applied
+                        .failed
+                        .into_iter()
+                        .map(|(i, e)| (i + offset, e))
+                        .collect(),
+                    ..applied
+                });
+                // In place: a collected copy of a cold plan doubled its peak memory.
+                let mut p = p;
+                p.ops.splice(0..0, first.ops);
+                (p, first_applied)
+            }
             None => (p, applied),
         };
         self.unread = if full {
@@ -589,9 +400,7 @@ impl<D: Dataplane> Syncer<D> {
         }
         let applied = self.dataplane.apply(&first).await?;
         if applied.failed.is_empty() {
-            for op in &first.ops {
-                let _ = shadow.apply_op(op);
-            }
+            shadow.replay(&first.ops);
             debug!(ops = first.ops.len(), "programmed the priority Services");
             return Ok(Some((first, applied)));
         }
@@ -600,11 +409,7 @@ impl<D: Dataplane> Syncer<D> {
             "the priority Services failed; the full sync retries them"
         );
         let Observation { state, host } = self.dataplane.observe().await?;
-        *shadow = Memory {
-            state,
-            host,
-            ..Memory::default()
-        };
+        *shadow = Shadow { state, host };
         Ok(None)
     }
 
@@ -811,6 +616,7 @@ pub async fn run<D: Dataplane>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataplane::memory::Memory;
     use crate::model::cluster::Protocol;
     use crate::model::desired::Host;
     use crate::model::desired::desired;
@@ -919,13 +725,22 @@ mod tests {
         assert_eq!(s.dataplane().observed, 2, "read again after the failure");
         assert_eq!(s.dataplane().applied.len(), 2);
         // Only the full plan's refusals are reported, once each.
-        let failed: Vec<&str> = r.applied.failed.iter().map(|(op, _)| op.as_str()).collect();
+        let failed: Vec<String> = r
+            .applied
+            .failures(&r.plan)
+            .map(|(op, _)| op.to_string())
+            .collect();
         assert!(!failed.is_empty());
+        assert_eq!(
+            failed.len(),
+            r.applied.failed.len(),
+            "every index in the plan"
+        );
         assert!(
             failed.iter().all(|op| op.contains("10.96.0.1:443")),
             "{failed:?}"
         );
-        let unique: BTreeSet<&&str> = failed.iter().collect();
+        let unique: BTreeSet<&String> = failed.iter().collect();
         assert_eq!(unique.len(), failed.len(), "{failed:?}");
         assert_eq!(added_vips(&r.plan), ["10.96.0.1:443", "10.96.0.10:80"]);
         assert!(s.dataplane().state.services.keys().any(|k| k.port == 80));
@@ -1439,30 +1254,5 @@ mod tests {
         // Once settled, someone else's change is.
         let r = repair(&mut s, &web(&["10.244.0.2"]), |k| k.addresses.clear()).await;
         assert_eq!(counts(&r.drift), [("address", 1)]);
-    }
-
-    #[test]
-    fn a_long_drift_is_cut_to_a_few_examples() {
-        let mut d = Drift::default();
-        for i in 0..5 {
-            d.add("address", 1, || format!("10.96.0.{i} missing"));
-        }
-        d.add("jump", 1, || {
-            format!(
-                "nat {}",
-                jump_name("-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES")
-            )
-        });
-        assert_eq!(d.total(), 6);
-        assert_eq!(
-            d.to_string(),
-            "5 address (10.96.0.0 missing, 10.96.0.1 missing, 10.96.0.2 missing, ...), \
-             1 jump (nat PREROUTING -> KUBE-SERVICES)"
-        );
-        assert!(Drift::default().is_empty());
-        assert_eq!(Drift::default().to_string(), "");
-        for kind in d.counts.keys() {
-            assert!(DRIFT_KINDS.contains(kind));
-        }
     }
 }

@@ -64,15 +64,15 @@ pub struct Address {
 impl Links {
     /// Opens a connection; its driver runs on the current tokio runtime.
     pub fn connect() -> Result<Links, Error> {
-        let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| Error::Netlink {
-            what: "rtnetlink socket".into(),
-            message: e.to_string(),
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(|source| Error::Io {
+            what: "rtnetlink socket",
+            source,
         })?;
         tokio::spawn(conn);
         let (conn, strict, _) =
-            rtnetlink::new_connection_with_strict_check().map_err(|e| Error::Netlink {
-                what: "rtnetlink socket".into(),
-                message: e.to_string(),
+            rtnetlink::new_connection_with_strict_check().map_err(|source| Error::Io {
+                what: "rtnetlink socket",
+                source,
             })?;
         tokio::spawn(conn);
         Ok(Links { handle, strict })
@@ -222,10 +222,7 @@ impl Links {
             .iter()
             .find(|(_, n)| *n == name)
             .map(|(i, _)| *i)
-            .ok_or_else(|| Error::Netlink {
-                what: format!("create dummy link {name}"),
-                message: "link missing after creation".into(),
-            })
+            .ok_or_else(|| Error::LinkMissing(name.to_string()))
     }
 
     /// Adds `ip` as a host address (/32 or /128) on link `index`.
@@ -303,8 +300,5 @@ fn route_table(msg: &RouteMessage) -> u32 {
 }
 
 fn netlink(what: &str, e: rtnetlink::Error) -> Error {
-    Error::Netlink {
-        what: what.to_string(),
-        message: e.to_string(),
-    }
+    Error::request(what, e)
 }

@@ -25,7 +25,7 @@ pub mod vip;
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::KernelState;
-use crate::model::plan::Plan;
+use crate::model::plan::{Op, Plan};
 
 /// What reading the kernel gives.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,14 +37,31 @@ pub struct Observation {
 }
 
 /// What applying a plan did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Applied {
     /// Operations that succeeded.
     pub done: usize,
-    /// Operations that failed, each with its error; the others were still applied.
-    pub failed: Vec<(String, String)>,
+    /// Operations that failed, each as its index in the plan's `ops` with its error; the
+    /// others were still applied.
+    pub failed: Vec<(usize, Error)>,
     /// Netlink messages sent.
     pub messages: usize,
+}
+
+impl Applied {
+    /// The failed operations of `plan` (the plan this outcome is of), with their errors.
+    pub fn failures<'a>(&'a self, plan: &'a Plan) -> impl Iterator<Item = (&'a Op, &'a Error)> {
+        self.failed
+            .iter()
+            .filter_map(|(i, e)| plan.ops.get(*i).map(|op| (op, e)))
+    }
+
+    /// Adds the outcome of more operations of the same plan.
+    pub fn merge(&mut self, more: Applied) {
+        self.done += more.done;
+        self.messages += more.messages;
+        self.failed.extend(more.failed);
+    }
 }
 
 /// A kernel (real or in memory) that the agent can read and change.
@@ -62,17 +79,70 @@ pub trait Dataplane {
     ) -> impl Future<Output = Result<Vec<conntrack::Cleaned>, Error>> + Send;
 }
 
-/// Errors at the kernel edge.
+/// Errors at the kernel edge. The libraries' errors are kept whole, so callers sort them by
+/// variant and errno ([`Error::errno`]) rather than by their text.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A netlink request failed.
-    #[error("{what}: {message}")]
-    Netlink {
+    /// An IPVS request failed.
+    #[error(transparent)]
+    Ipvs(#[from] ipvs_netlink::Error),
+    /// An ipset request failed (libipset's typed reason, with its message).
+    #[error(transparent)]
+    Ipset(#[from] ipset::Error),
+    /// An rtnetlink request failed (`kube-ipvs0` and its addresses).
+    #[error(transparent)]
+    Rtnetlink(#[from] rtnetlink::Error),
+    /// A request that is no operation of a plan (reading the kernel, connecting) failed.
+    #[error("{what}: {source}")]
+    Request {
         /// What was asked.
         what: String,
-        /// The kernel's or the library's answer.
-        message: String,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
     },
+    /// One failure that stopped several operations (a batch that could not be sent, an ipset
+    /// session that could not be opened), reported for each of them.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
+    /// A socket or thread could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being set up.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `kube-ipvs0` does not exist, so no address can be bound to it or removed from it.
+    #[error("{} does not exist", crate::model::kernel::LINK_NAME)]
+    NoLink,
+    /// A link was not listed right after it was made.
+    #[error("create dummy link {0}: link missing after creation")]
+    LinkMissing(String),
+    /// A VIP had to be moved for an operation (unbinding addresses in route mode moves every
+    /// VIP), and moving it failed.
+    #[error("{step}: {source}")]
+    Rebind {
+        /// The step that failed.
+        step: vip::Step,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// An operation the plan batches was given to be applied alone.
+    #[error("not a single operation")]
+    NotSingle,
+    /// A worker thread stopped before reporting what it did.
+    #[error("the {0} worker stopped")]
+    WorkerStopped(&'static str),
+    /// The in-memory kernel (the test double) refused an operation as the kernel would (an
+    /// object made twice, or changed while missing).
+    #[error(transparent)]
+    Memory(#[from] memory::Refusal),
+    /// The in-memory kernel was told to refuse the operation ([`memory::Memory::refuse`]).
+    #[error("refused")]
+    Refused,
     /// A program could not be run.
     #[error("cannot run {program}: {source}")]
     Exec {
@@ -102,4 +172,86 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl Error {
+    /// `source` as the failure of `what` (a request that is no operation of a plan).
+    pub fn request(what: impl Into<String>, source: impl Into<Error>) -> Error {
+        Error::Request {
+            what: what.into(),
+            source: Box::new(source.into()),
+        }
+    }
+
+    /// The errno the kernel (or the system) answered, when it answered one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Ipvs(e) => e.errno(),
+            Error::Rtnetlink(rtnetlink::Error::NetlinkError(m)) => m.code.map(|c| c.get().abs()),
+            Error::Request { source, .. } | Error::Rebind { source, .. } => source.errno(),
+            Error::Shared(e) => e.errno(),
+            Error::Io { source, .. }
+            | Error::Exec { source, .. }
+            | Error::Sysctl { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The IPVS library's error, when this is one (shared or not).
+    pub fn ipvs(&self) -> Option<&ipvs_netlink::Error> {
+        match self {
+            Error::Ipvs(e) => Some(e),
+            Error::Shared(e) => e.ipvs(),
+            Error::Request { source, .. } => source.ipvs(),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_errno_is_found_through_context_and_sharing() {
+        let exists = || Error::from(ipvs_netlink::Error::from_errno(libc::EEXIST));
+        assert_eq!(exists().errno(), Some(libc::EEXIST));
+        let read = Error::request("list IPVS services", exists());
+        assert_eq!(read.errno(), Some(libc::EEXIST));
+        assert_eq!(read.to_string(), "list IPVS services: already exists");
+        assert!(read.ipvs().is_some_and(ipvs_netlink::Error::is_exists));
+        let shared = Error::Shared(std::sync::Arc::new(read));
+        assert_eq!(shared.errno(), Some(libc::EEXIST));
+        // rtnetlink carries the kernel's negative errno.
+        let mut nack = netlink_packet_core::ErrorMessage::default();
+        nack.code = std::num::NonZeroI32::new(-libc::EADDRNOTAVAIL);
+        let e = Error::from(rtnetlink::Error::NetlinkError(nack));
+        assert_eq!(e.errno(), Some(libc::EADDRNOTAVAIL));
+        assert!(e.ipvs().is_none());
+        assert_eq!(Error::NoLink.errno(), None);
+    }
+
+    #[test]
+    fn failures_are_found_by_their_index_in_the_plan() {
+        let plan = Plan {
+            ops: vec![Op::CreateLink, Op::AddAddress("10.96.0.1".parse().unwrap())],
+            warnings: Vec::new(),
+        };
+        let applied = Applied {
+            done: 1,
+            failed: vec![(1, Error::NoLink), (7, Error::Refused)],
+            messages: 2,
+        };
+        let failed: Vec<(String, String)> = applied
+            .failures(&plan)
+            .map(|(op, e)| (op.to_string(), e.to_string()))
+            .collect();
+        assert_eq!(
+            failed,
+            [(
+                "bind 10.96.0.1".to_string(),
+                "kube-ipvs0 does not exist".to_string()
+            )]
+        );
+    }
 }

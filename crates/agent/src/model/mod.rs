@@ -7,13 +7,16 @@ pub mod config;
 pub mod conntrack;
 pub mod desired;
 pub mod drain;
+pub mod drift;
 pub mod endpoints;
 pub mod incremental;
 pub mod iptables;
 pub mod kernel;
+pub mod op_kind;
 pub mod plan;
 pub mod priority;
 pub mod sets;
+pub mod shadow;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

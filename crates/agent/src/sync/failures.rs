@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::dataplane::Error;
 use crate::model::kernel::VsKey;
 use crate::model::plan::Op;
 
@@ -97,11 +98,11 @@ impl FailureLog {
     }
 }
 
-/// The failed operations of a sync, as `(operation, error)` strings, explained where the
-/// kernel's answer alone is cryptic. The real servers of a virtual server that could not be
-/// made are left out: their failure is that one.
+/// The failed operations of a sync, as `(operation, error)` strings for the log, explained
+/// where the kernel's answer alone is cryptic. The real servers of a virtual server that could
+/// not be made are left out: their failure is that one.
 pub fn failures(report: &Report) -> Failures {
-    let failed = failed_ops(report);
+    let failed: Vec<(&Op, &Error)> = report.applied.failures(&report.plan).collect();
     let missing: Vec<&VsKey> = failed
         .iter()
         .filter_map(|(op, _)| match op {
@@ -109,7 +110,7 @@ pub fn failures(report: &Report) -> Failures {
             _ => None,
         })
         .collect();
-    let mut out: Failures = failed
+    failed
         .iter()
         .filter(|(op, _)| match op {
             Op::AddDestination { key, .. } | Op::UpdateDestination { key, .. } => {
@@ -118,20 +119,7 @@ pub fn failures(report: &Report) -> Failures {
             _ => true,
         })
         .map(|(op, e)| (failure_key(op), explain(op, e)))
-        .collect();
-    // Failures the plan does not name (none expected) are kept as they are.
-    if failed.len() < report.applied.failed.len() {
-        let named: Vec<String> = failed.iter().map(|(op, _)| op.to_string()).collect();
-        out.extend(
-            report
-                .applied
-                .failed
-                .iter()
-                .filter(|(op, _)| !named.contains(op))
-                .cloned(),
-        );
-    }
-    out
+        .collect()
 }
 
 /// What failed, named the same way at every retry: an operation's description, but for set
@@ -145,11 +133,11 @@ fn failure_key(op: &Op) -> String {
 }
 
 /// The kernel's error for `op`, with what it means when that is not obvious: IPVS answers
-/// ENOENT ("not found") to a virtual server whose scheduler it cannot load.
-fn explain(op: &Op, error: &str) -> String {
+/// `ENOENT` to a virtual server whose scheduler it cannot load.
+fn explain(op: &Op, error: &Error) -> String {
     match op {
         Op::AddService { service, .. } | Op::UpdateService { service, .. }
-            if error.contains("not found") || error.contains("No such file") =>
+            if error.ipvs().and_then(ipvs_netlink::Error::errno) == Some(libc::ENOENT) =>
         {
             let name = service.scheduler.to_string();
             format!(
@@ -160,22 +148,6 @@ fn explain(op: &Op, error: &str) -> String {
     }
 }
 
-/// The operations of the plan that failed, with their errors.
-fn failed_ops(report: &Report) -> Vec<(&Op, &str)> {
-    let errors: BTreeMap<&str, &str> = report
-        .applied
-        .failed
-        .iter()
-        .map(|(op, e)| (op.as_str(), e.as_str()))
-        .collect();
-    report
-        .plan
-        .ops
-        .iter()
-        .filter_map(|op| errors.get(op.to_string().as_str()).map(|e| (op, *e)))
-        .collect()
-}
-
 /// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
 /// `None` when it could program something: every desired virtual server is missing and its
 /// creation failed, or the rules could not be written. `desired` is the number of virtual
@@ -184,7 +156,7 @@ pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
     if report.applied.failed.is_empty() {
         return None;
     }
-    let failed = failed_ops(report);
+    let failed: Vec<(&Op, &Error)> = report.applied.failures(&report.plan).collect();
     if let Some((op, e)) = failed
         .iter()
         .find(|(op, _)| matches!(op, Op::WriteRules { .. }))
@@ -235,6 +207,40 @@ mod tests {
         assert_eq!(b.failed(), Duration::from_secs(1 << 16));
     }
 
+    #[test]
+    fn only_enoent_from_ipvs_names_the_missing_scheduler() {
+        use crate::model::kernel::{VirtualServer, VsKey};
+        let op = Op::AddService {
+            key: VsKey {
+                address: "10.96.0.10".parse().unwrap(),
+                protocol: crate::model::cluster::Protocol::Tcp,
+                port: 80,
+            },
+            service: Box::new(VirtualServer {
+                scheduler: "lblc".into(),
+                ..VirtualServer::default()
+            }),
+        };
+        let hint =
+            "the kernel has no IPVS scheduler \"lblc\" (is the module ip_vs_lblc available?)";
+        let enoent = || Error::from(ipvs_netlink::Error::from_errno(libc::ENOENT));
+        assert_eq!(explain(&op, &enoent()), format!("not found: {hint}"));
+        // Shared by a batch that could not be sent, it is the same answer.
+        let shared = Error::Shared(std::sync::Arc::new(enoent()));
+        assert!(explain(&op, &shared).ends_with(hint));
+        // ESRCH is also "not found" to the library, but not the scheduler's answer.
+        let esrch = Error::from(ipvs_netlink::Error::from_errno(libc::ESRCH));
+        assert_eq!(explain(&op, &esrch), "not found");
+        let einval = Error::from(ipvs_netlink::Error::from_errno(libc::EINVAL));
+        assert!(!explain(&op, &einval).contains("scheduler"));
+        // An ENOENT from anything but IPVS is not about schedulers.
+        let sysctl = Error::Sysctl {
+            key: "net/ipv4/vs/conntrack".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert!(!explain(&op, &sysctl).contains("scheduler"));
+    }
+
     fn pair(what: &str, error: &str) -> (String, String) {
         (what.to_string(), error.to_string())
     }
@@ -273,7 +279,7 @@ mod loop_tests {
     async fn run_for(
         secs: u64,
         refuse: &[&str],
-        unavailable: Option<&str>,
+        unavailable: bool,
     ) -> (usize, Vec<Option<String>>, Memory) {
         let c = cluster(
             vec![
@@ -288,7 +294,7 @@ mod loop_tests {
         let (_tx, rx) = watch::channel(Some(Arc::new(c)));
         let memory = Memory {
             refuse: refuse.iter().map(|s| s.to_string()).collect(),
-            unavailable: unavailable.map(str::to_string),
+            unavailable,
             ..Memory::default()
         };
         let mut syncer = Syncer::new(memory, config());
@@ -312,7 +318,7 @@ mod loop_tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_refused_service_is_retried_with_backoff_and_the_agent_stays_unblocked() {
-        let (passes, blocked, kernel) = run_for(62, &["10.96.0.11"], None).await;
+        let (passes, blocked, kernel) = run_for(62, &["10.96.0.11"], false).await;
         // Retries at 1, 2, 4, 8, 16 and 30 s after each failing pass: t = 0, 1, 3, 7, 15, 31, 61.
         assert_eq!(passes, 7, "{blocked:?}");
         assert!(blocked.iter().all(Option::is_none), "{blocked:?}");
@@ -335,11 +341,9 @@ mod loop_tests {
             ..Memory::default()
         };
         let mut syncer = Syncer::new(memory, config());
-        let mut report = syncer.sync(&c, true).await.unwrap();
-        // The in-memory kernel says "refused"; IPVS says "not found".
-        for (_, e) in &mut report.applied.failed {
-            *e = "not found".into();
-        }
+        // The in-memory kernel refuses IPVS operations with ENOENT, as IPVS does without the
+        // scheduler's module.
+        let report = syncer.sync(&c, true).await.unwrap();
         let f = super::failures(&report);
         assert_eq!(f.len(), 1, "the real server's failure is folded: {f:?}");
         assert!(f[0].0.starts_with("add service 10.96.0.10:80"), "{f:?}");
@@ -358,7 +362,7 @@ mod loop_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_kernel_that_refuses_every_service_blocks_the_agent() {
-        let (_, blocked, kernel) = run_for(10, &["add service"], None).await;
+        let (_, blocked, kernel) = run_for(10, &["add service"], false).await;
         let last = blocked.last().cloned().flatten().expect("blocked");
         assert!(
             last.contains("no virtual server could be made (2 of 2 failed)"),
@@ -370,13 +374,13 @@ mod loop_tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unreadable_kernel_blocks_the_agent_and_is_retried_with_backoff() {
-        let (passes, blocked, kernel) = run_for(20, &[], Some("Object not found")).await;
+        let (passes, blocked, kernel) = run_for(20, &[], true).await;
         assert_eq!(passes, 5, "t = 0, 1, 3, 7, 15");
         assert_eq!(kernel.observed, 5);
         assert!(
-            blocked
-                .iter()
-                .all(|b| b.as_deref() == Some("list IPVS services: Object not found")),
+            blocked.iter().all(|b| b.as_deref().is_some_and(
+                |b| b.starts_with("list IPVS services: the IPVS generic netlink family is missing")
+            )),
             "{blocked:?}"
         );
     }

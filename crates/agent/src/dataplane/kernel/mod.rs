@@ -1,0 +1,297 @@
+//! The real kernel: IPVS over generic netlink (ipvs-netlink), the KUBE-* sets over libipset
+//! (ipset), `kube-ipvs0` and the VIPs over rtnetlink, the rules with one `iptables-restore`
+//! per family, and sysctls.
+//!
+//! - `schedule`: the order a plan is carried out in (what travels together, what goes to a
+//!   worker, where the plan waits), pure and unit-tested.
+//! - `ipvs`, `sets`, `addresses`: one kernel object each, read and changed, with the
+//!   conversions between the model and its library.
+//! - `worker`: work on a thread of its own while the plan goes on.
+
+mod addresses;
+mod ipvs;
+mod schedule;
+mod sets;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use tracing::debug;
+
+use self::ipvs::ipvs_error;
+use self::schedule::{Route, Stage, schedule};
+use self::worker::Worker;
+use super::iptables::{self, Backend, Written};
+use super::link::{Address, BRIDGE_ROUTE_METRIC, Links};
+use super::modules::Preloader;
+use super::vip::Bindings;
+use super::{Applied, Dataplane, Error, Observation, sysctl};
+use crate::model::cluster::Family;
+use crate::model::config::VipBinding;
+use crate::model::desired::Host;
+use crate::model::iptables::{removal_input, restore_input};
+use crate::model::kernel::{KernelState, LINK_NAME};
+use crate::model::plan::{Op, Plan};
+
+pub use self::addresses::Rebound;
+
+/// The real kernel.
+pub struct Kernel {
+    ipvs: ipvs_netlink::Handle,
+    /// Sockets the agent's thread reads real servers over (see `ipvs::DUMP_SOCKETS`).
+    dumpers: Vec<ipvs_netlink::Handle>,
+    links: Links,
+    backend: Backend,
+    families: Vec<Family>,
+    sysctl_keys: Vec<String>,
+    written: Written,
+    link_index: Option<u32>,
+    /// `lo`'s index, for the bridge routes of a switch of binding.
+    lo_index: Option<u32>,
+    /// `kube-ipvs0`'s addresses as last observed, to delete them by message.
+    bound: BTreeMap<IpAddr, Address>,
+    /// How new VIPs are bound.
+    vip_binding: VipBinding,
+    /// The VIPs' bindings as last observed, kept up to date by the changes sent since.
+    vips: Bindings,
+    /// Scheduler modules loaded before IPVS's first use of them.
+    modules: Preloader,
+}
+
+impl Kernel {
+    /// Connects to the kernel: resolves the IPVS family (fails with a hint when `ip_vs` is
+    /// not loaded) and picks the iptables backend the node uses.
+    pub async fn connect(families: Vec<Family>, sysctl_keys: Vec<String>) -> Result<Kernel, Error> {
+        let ipvs = ipvs_netlink::connect()
+            .await
+            .map_err(|e| ipvs_error("connect to IPVS", e))?;
+        let dumpers = ipvs::connect_sockets().await?;
+        let links = Links::connect()?;
+        let backend = Backend::detect()?;
+        debug!(?backend, "iptables backend");
+        Ok(Kernel {
+            ipvs,
+            dumpers,
+            links,
+            backend,
+            families,
+            sysctl_keys,
+            written: Written::default(),
+            link_index: None,
+            lo_index: None,
+            bound: BTreeMap::new(),
+            vip_binding: VipBinding::default(),
+            vips: Bindings::default(),
+            modules: Preloader::default(),
+        })
+    }
+
+    /// Serves `families` from now on (the host's usable families, known once the backend
+    /// is).
+    pub fn set_families(&mut self, families: Vec<Family>) {
+        self.families = families;
+    }
+
+    /// Binds new VIPs as `mode` says from now on (see [`Kernel::rebind_vips`] for those
+    /// already bound).
+    pub fn set_vip_binding(&mut self, mode: VipBinding) {
+        self.vip_binding = mode;
+    }
+
+    /// The iptables backend in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The IPVS handle (for timeouts and cleanup).
+    pub fn ipvs(&self) -> &ipvs_netlink::Handle {
+        &self.ipvs
+    }
+
+    /// Loads the module of `scheduler` before IPVS first needs it, when IPVS loading it could
+    /// deadlock (see [`super::modules`]).
+    pub async fn prepare_scheduler(&self, scheduler: &str) {
+        self.modules.prepare(scheduler).await;
+    }
+
+    /// The rtnetlink handle (for cleanup).
+    pub fn links(&self) -> &Links {
+        &self.links
+    }
+
+    /// Applies `ops` of `route` now, on the agent's own sockets.
+    async fn run(&mut self, route: Route, ops: &[(usize, &Op)], applied: &mut Applied) {
+        match route {
+            Route::Ipvs => self.apply_ipvs(ops, applied).await,
+            Route::Sets => self.apply_sets(ops, applied),
+            Route::Addresses => self.apply_addresses(ops, applied).await,
+            Route::One => {
+                for (i, op) in ops {
+                    match self.apply_one(op).await {
+                        Ok(()) => applied.done += 1,
+                        Err(e) => applied.failed.push((*i, e)),
+                    }
+                    applied.messages += 1;
+                }
+            }
+        }
+    }
+
+    /// Starts `ops` of `route` on a worker thread.
+    fn start(&mut self, route: Route, ops: &[(usize, &Op)], applied: &mut Applied) -> Started {
+        let started = match route {
+            Route::Sets => {
+                let job = sets::set_job(ops);
+                Worker::start("sets", job.ops.clone(), move || sets::run_sets(job))
+            }
+            Route::Addresses => match self.address_jobs(ops, applied) {
+                Some((jobs, gone)) if gone.is_empty() => {
+                    let indices = jobs.iter().map(|j| j.0).collect();
+                    Worker::start("addresses", indices, move || {
+                        addresses::address_worker(jobs)
+                    })
+                }
+                // Only removals go through the VIPs' convergence, and they never start here.
+                Some(_) => None,
+                None => return Started::Failed,
+            },
+            Route::Ipvs | Route::One => None,
+        };
+        started.map_or(Started::No, Started::Worker)
+    }
+
+    async fn apply_one(&mut self, op: &Op) -> Result<(), Error> {
+        match op {
+            Op::CreateLink => {
+                self.link_index = Some(self.links.create_dummy(LINK_NAME).await?);
+                Ok(())
+            }
+            Op::SetSysctl { key, value } => sysctl::write(key, value),
+            Op::WriteRules {
+                family,
+                rules,
+                missing_jumps,
+            } => {
+                iptables::restore(self.backend, *family, &restore_input(rules, missing_jumps))?;
+                // Remember how the backend prints what we wrote, to tell drift from quirks.
+                let seen = iptables::read(self.backend, *family)?;
+                self.written.record(*family, (**rules).clone(), &seen);
+                Ok(())
+            }
+            Op::RemoveRules { family, rules } => {
+                iptables::restore(self.backend, *family, &removal_input(rules))
+            }
+            Op::DestroySet(name) => sets::destroy(name),
+            Op::DeleteLink => {
+                // The kernel deletes the routes through the link with it; bridges left on
+                // `lo` by a switch cut short go too.
+                let mut result = match self.link_index.take() {
+                    Some(index) => self.links.delete_link(index).await,
+                    None => Ok(()),
+                };
+                if let Some(lo) = self.lo_index {
+                    for ip in std::mem::take(&mut self.vips.bridges) {
+                        if let Err(e) = self.links.del_vip_route(lo, ip, BRIDGE_ROUTE_METRIC).await
+                        {
+                            result = result.and(Err(e));
+                        }
+                    }
+                }
+                self.vips = Bindings::default();
+                self.bound.clear();
+                result
+            }
+            // The plan's batched operations never come one by one.
+            _ => Err(Error::NotSingle),
+        }
+    }
+}
+
+/// What [`Kernel::start`] did.
+enum Started {
+    /// The work runs on this worker.
+    Worker(Worker),
+    /// Nothing can run (the operations are reported failed).
+    Failed,
+    /// No worker: the caller runs the work itself.
+    No,
+}
+
+/// The operations of `plan` at `indices`, with their indices.
+fn pick<'a>(plan: &'a Plan, indices: &[usize]) -> Vec<(usize, &'a Op)> {
+    indices.iter().map(|&i| (i, &plan.ops[i])).collect()
+}
+
+impl Dataplane for Kernel {
+    async fn observe(&mut self) -> Result<Observation, Error> {
+        let (interfaces, addresses) = self.read_bindings().await?;
+        let mut state = KernelState {
+            link: self.link_index.is_some(),
+            addresses: self.vips.vips(),
+            ..KernelState::default()
+        };
+        let host = Host {
+            addresses: Links::local_addresses(&interfaces, &addresses),
+        };
+        let t = Instant::now();
+        state.services = self.observe_services().await?;
+        debug!(services = state.services.len(), elapsed = ?t.elapsed(), "observed IPVS");
+        let t = Instant::now();
+        state.sets = self.observe_sets()?;
+        debug!(elapsed = ?t.elapsed(), "observed sets");
+        for family in &self.families {
+            let seen = iptables::read(self.backend, *family)?;
+            state
+                .rules
+                .insert(*family, self.written.observed(*family, &seen));
+        }
+        state.sysctls = sysctl::read(&self.sysctl_keys);
+        Ok(Observation { state, host })
+    }
+
+    async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+        for op in &plan.ops {
+            if let Op::AddService { service, .. } | Op::UpdateService { service, .. } = op {
+                self.modules.prepare(&service.scheduler).await;
+            }
+        }
+        let mut applied = Applied::default();
+        let mut workers: Vec<Worker> = Vec::new();
+        for stage in schedule(&plan.ops) {
+            let t = Instant::now();
+            match stage {
+                Stage::Join => {
+                    for w in workers.drain(..) {
+                        w.finish(&mut applied).await;
+                    }
+                }
+                Stage::Run(route, ops) => {
+                    let ops = pick(plan, &ops);
+                    self.run(route, &ops, &mut applied).await;
+                    debug!(?route, ops = ops.len(), elapsed = ?t.elapsed(), "applied a group");
+                }
+                Stage::Start(route, ops) => {
+                    let ops = pick(plan, &ops);
+                    match self.start(route, &ops, &mut applied) {
+                        Started::Worker(w) => workers.push(w),
+                        Started::Failed => {}
+                        Started::No => self.run(route, &ops, &mut applied).await,
+                    }
+                }
+            }
+        }
+        for w in workers {
+            w.finish(&mut applied).await;
+        }
+        Ok(applied)
+    }
+
+    async fn clean_conntrack(
+        &mut self,
+        filter: &crate::model::conntrack::ConntrackFilter,
+    ) -> Result<Vec<super::conntrack::Cleaned>, Error> {
+        Ok(super::conntrack::clean(filter.clone()).await?)
+    }
+}

@@ -1,0 +1,302 @@
+//! The KUBE-* sets through libipset: reading them, applying the plan's set operations in
+//! restore mode (on the agent's thread or a worker's), destroying one, and the conversions
+//! between the model and the library.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Kernel;
+use crate::dataplane::{Applied, Error};
+use crate::model::cluster::{Family, Protocol};
+use crate::model::kernel::{Set, SetEntry, SetKind};
+use crate::model::plan::Op;
+use crate::model::sets::{self, set_name};
+
+impl Kernel {
+    pub(super) fn observe_sets(&self) -> Result<BTreeMap<String, Set>, Error> {
+        let mut session =
+            ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
+        let mut out = BTreeMap::new();
+        for family in &self.families {
+            for def in sets::ALL {
+                let name = set_name(def, *family);
+                let set_name =
+                    ipset::SetName::new(name.clone()).map_err(|e| ipset_error(&name, e))?;
+                if session
+                    .header(&set_name)
+                    .map_err(|e| ipset_error(&name, e))?
+                    .is_none()
+                {
+                    continue;
+                }
+                let set = session
+                    .save_set(&set_name)
+                    .map_err(|e| ipset_error(&name, e))?;
+                let Some(kind) = set_kind(set.header.set_type) else {
+                    // A foreign type under one of our names: report it as a type we never use
+                    // so the plan leaves it alone and says so.
+                    out.insert(
+                        name,
+                        Set {
+                            kind: SetKind::HashIp,
+                            family: *family,
+                            entries: Default::default(),
+                        },
+                    );
+                    continue;
+                };
+                let entries = set
+                    .members
+                    .iter()
+                    .filter_map(|m| set_entry(&m.entry))
+                    .collect();
+                out.insert(
+                    name,
+                    Set {
+                        kind,
+                        family: *family,
+                        entries,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn apply_sets(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
+        applied.merge(run_sets(set_job(ops)));
+    }
+}
+
+/// Destroys the set `name`.
+pub(super) fn destroy(name: &str) -> Result<(), Error> {
+    let mut session = ipset::Session::new()?;
+    session.destroy(&ipset::SetName::new(name)?)?;
+    Ok(())
+}
+
+/// Set operations converted for libipset, with the plan operation each came from.
+pub(super) struct SetJob {
+    /// The plan operations' indices in the plan.
+    pub(super) ops: Vec<usize>,
+    /// The library's operations.
+    lib_ops: Vec<ipset::Op>,
+    /// For each library operation, the position in `ops` of its plan operation.
+    owner: Vec<usize>,
+    /// Plan operations that could not be converted, by index in the plan.
+    bad: Vec<(usize, Error)>,
+}
+
+pub(super) fn set_job(ops: &[(usize, &Op)]) -> SetJob {
+    let mut job = SetJob {
+        ops: Vec::with_capacity(ops.len()),
+        lib_ops: Vec::new(),
+        owner: Vec::new(),
+        bad: Vec::new(),
+    };
+    for (i, op) in ops {
+        match to_ipset_ops(op) {
+            Ok(v) => {
+                job.owner
+                    .extend(std::iter::repeat_n(job.ops.len(), v.len()));
+                job.ops.push(*i);
+                job.lib_ops.extend(v);
+            }
+            Err(e) => job.bad.push((*i, e.into())),
+        }
+    }
+    job
+}
+
+/// Applies set operations in libipset's restore mode, going on after a failed one.
+pub(super) fn run_sets(job: SetJob) -> Applied {
+    let SetJob {
+        ops,
+        lib_ops,
+        owner,
+        bad,
+    } = job;
+    let mut applied = Applied::default();
+    let mut failed_ops: Vec<Option<Error>> =
+        std::iter::repeat_with(|| None).take(ops.len()).collect();
+    match ipset::Session::new() {
+        Err(e) => {
+            let e = Arc::new(Error::from(e));
+            for f in failed_ops.iter_mut() {
+                *f = Some(Error::Shared(e.clone()));
+            }
+        }
+        Ok(mut session) => {
+            // Adding what exists and removing what is missing are not errors here: the
+            // agent converges, it does not insist.
+            session.set_exist(true);
+            let mut start = 0;
+            while start < lib_ops.len() {
+                match session.apply(&lib_ops[start..]) {
+                    Ok(()) => break,
+                    Err(ipset::Error::Batch { index, source }) => {
+                        let at = start + index;
+                        failed_ops[owner[at]].get_or_insert_with(|| Error::Ipset(*source));
+                        start = at + 1;
+                    }
+                    Err(e) => {
+                        let e = Arc::new(Error::from(e));
+                        for i in owner[start..].iter() {
+                            failed_ops[*i].get_or_insert_with(|| Error::Shared(e.clone()));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    applied.messages += lib_ops.len().div_ceil(64).max(1);
+    for (i, failed) in ops.into_iter().zip(failed_ops) {
+        match failed {
+            None => applied.done += 1,
+            Some(e) => applied.failed.push((i, e)),
+        }
+    }
+    applied.failed.extend(bad);
+    applied
+}
+
+fn set_kind(t: ipset::SetType) -> Option<SetKind> {
+    Some(match t {
+        ipset::SetType::HashIp => SetKind::HashIp,
+        ipset::SetType::HashIpPort => SetKind::HashIpPort,
+        ipset::SetType::HashIpPortIp => SetKind::HashIpPortIp,
+        ipset::SetType::HashIpPortNet => SetKind::HashIpPortNet,
+        ipset::SetType::BitmapPort => SetKind::BitmapPort,
+        _ => return None,
+    })
+}
+
+fn lib_protocol(p: Protocol) -> ipset::Protocol {
+    match p {
+        Protocol::Tcp => ipset::Protocol::Tcp,
+        Protocol::Udp => ipset::Protocol::Udp,
+        Protocol::Sctp => ipset::Protocol::Sctp,
+    }
+}
+
+fn model_protocol(p: ipset::Protocol) -> Option<Protocol> {
+    match p {
+        ipset::Protocol::Tcp => Some(Protocol::Tcp),
+        ipset::Protocol::Udp => Some(Protocol::Udp),
+        ipset::Protocol::Sctp => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+fn set_entry(e: &ipset::Entry) -> Option<SetEntry> {
+    Some(match *e {
+        ipset::Entry::Ip(ip) => SetEntry::Ip(ip),
+        ipset::Entry::IpPort { ip, protocol, port } => {
+            SetEntry::IpPort(ip, model_protocol(protocol)?, port)
+        }
+        ipset::Entry::IpPortIp {
+            ip,
+            protocol,
+            port,
+            ip2,
+        } => SetEntry::IpPortIp(ip, model_protocol(protocol)?, port, ip2),
+        ipset::Entry::IpPortNet {
+            ip,
+            protocol,
+            port,
+            net,
+        } => SetEntry::IpPortNet(
+            ip,
+            model_protocol(protocol)?,
+            port,
+            ipnet::IpNet::new(net.addr(), net.prefix()).ok()?,
+        ),
+        ipset::Entry::Port(p) => SetEntry::Port(p),
+        _ => return None,
+    })
+}
+
+fn lib_entry(e: &SetEntry, set: &str) -> Result<ipset::Entry, ipset::Error> {
+    Ok(match *e {
+        SetEntry::Ip(ip) => ipset::Entry::Ip(ip),
+        SetEntry::IpPort(ip, p, port) => ipset::Entry::IpPort {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+        },
+        SetEntry::IpPortIp(ip, p, port, ip2) => ipset::Entry::IpPortIp {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+            ip2,
+        },
+        SetEntry::IpPortNet(ip, p, port, net) => ipset::Entry::IpPortNet {
+            ip,
+            protocol: lib_protocol(p),
+            port,
+            net: ipset::Net::new(net.network(), net.prefix_len()).ok_or_else(|| {
+                ipset::Error::Invalid {
+                    set: set.to_string(),
+                    reason: format!("bad network {net}"),
+                }
+            })?,
+        },
+        SetEntry::Port(p) => ipset::Entry::Port(p),
+    })
+}
+
+fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, ipset::Error> {
+    let name = ipset::SetName::new;
+    Ok(match op {
+        Op::CreateSet {
+            name: n,
+            kind,
+            family,
+        } => {
+            let set_name = name(n)?;
+            let fam = match family {
+                Family::V4 => ipset::Family::Inet,
+                Family::V6 => ipset::Family::Inet6,
+            };
+            let header = match kind {
+                SetKind::BitmapPort => ipset::Header::bitmap_port(set_name, 0, 65535),
+                SetKind::HashIp => ipset::Header::hash(set_name, ipset::SetType::HashIp, fam),
+                SetKind::HashIpPort => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPort, fam)
+                }
+                SetKind::HashIpPortIp => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortIp, fam)
+                }
+                SetKind::HashIpPortNet => {
+                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortNet, fam)
+                }
+            };
+            let header = if *kind == SetKind::BitmapPort {
+                header
+            } else {
+                header.with_hashsize(1024).with_maxelem(65536)
+            };
+            vec![ipset::Op::Create(header)]
+        }
+        Op::AddEntries { set, entries } => {
+            let n = name(set)?;
+            entries
+                .iter()
+                .map(|e| lib_entry(e, set).map(|e| ipset::Op::add(&n, e)))
+                .collect::<Result<_, _>>()?
+        }
+        Op::DelEntries { set, entries } => {
+            let n = name(set)?;
+            entries
+                .iter()
+                .map(|e| lib_entry(e, set).map(|e| ipset::Op::del(&n, e)))
+                .collect::<Result<_, _>>()?
+        }
+        _ => Vec::new(),
+    })
+}
+
+fn ipset_error(what: &str, e: ipset::Error) -> Error {
+    Error::request(format!("ipset {what}"), e)
+}

@@ -1,0 +1,246 @@
+//! The kernel-state shadow: what the agent believes the kernel holds, kept between reads by
+//! replaying on the last observation every plan the kernel applied whole. Plans are made
+//! against it; the in-memory kernel of the tests applies plans with it too.
+
+use std::collections::BTreeSet;
+
+use super::desired::Host;
+use super::kernel::{KernelState, Set, VirtualServer};
+use super::plan::Op;
+
+/// The kernel as last read, with every plan applied since replayed on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shadow {
+    /// The kernel state the agent manages.
+    pub state: KernelState,
+    /// The host's facts as last read.
+    pub host: Host,
+}
+
+impl Shadow {
+    /// Replays `ops`, which the kernel applied whole. They were planned against this shadow,
+    /// so none is refused; one that were would leave the state as it is, as the kernel
+    /// would.
+    pub fn replay(&mut self, ops: &[Op]) {
+        for op in ops {
+            let _ = self.state.apply(op);
+        }
+    }
+}
+
+/// Why an operation cannot apply to a state: what the kernel would answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The object to make exists already.
+    #[error("{0} exists")]
+    Exists(String),
+    /// The object to change or delete does not exist.
+    #[error("no {0}")]
+    Missing(String),
+}
+
+impl KernelState {
+    /// Applies one operation as the kernel does, or refuses it as the kernel would (an
+    /// object made twice, or changed while missing) and leaves the state as it was.
+    pub fn apply(&mut self, op: &Op) -> Result<(), Refusal> {
+        let s = self;
+        match op {
+            Op::CreateLink => s.link = true,
+            Op::SetSysctl { key, value } => {
+                s.sysctls.insert(key.clone(), value.clone());
+            }
+            Op::CreateSet { name, kind, family } => {
+                if s.sets.contains_key(name) {
+                    return Err(Refusal::Exists(format!("set {name}")));
+                }
+                s.sets.insert(
+                    name.clone(),
+                    Set {
+                        kind: *kind,
+                        family: *family,
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            Op::AddEntries { set, entries } => {
+                let set = s
+                    .sets
+                    .get_mut(set)
+                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
+                set.entries.extend(entries.iter().copied());
+            }
+            Op::DelEntries { set, entries } => {
+                let set = s
+                    .sets
+                    .get_mut(set)
+                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
+                for e in entries {
+                    set.entries.remove(e);
+                }
+            }
+            Op::AddAddress(ip) => {
+                if !s.link {
+                    return Err(Refusal::Missing("link".into()));
+                }
+                s.addresses.insert(*ip);
+            }
+            Op::DelAddress(ip) => {
+                s.addresses.remove(ip);
+            }
+            Op::WriteRules { family, rules, .. } => {
+                // Holds every jump afterwards, as the kernel does.
+                s.rules.insert(*family, (**rules).clone());
+            }
+            Op::AddService { key, service } => {
+                if s.services.contains_key(key) {
+                    return Err(Refusal::Exists(key.to_string()));
+                }
+                s.services.insert(*key, (**service).clone());
+            }
+            Op::UpdateService { key, service } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
+                let destinations = std::mem::take(&mut vs.destinations);
+                let connections = std::mem::take(&mut vs.connections);
+                *vs = VirtualServer {
+                    destinations,
+                    connections,
+                    ..(**service).clone()
+                };
+            }
+            Op::AddDestination {
+                key,
+                destination,
+                weight,
+            }
+            | Op::UpdateDestination {
+                key,
+                destination,
+                weight,
+            } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
+                vs.destinations.insert(*destination, *weight);
+            }
+            Op::DelDestination { key, destination } => {
+                let vs = s
+                    .services
+                    .get_mut(key)
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
+                vs.destinations
+                    .remove(destination)
+                    .ok_or_else(|| Refusal::Missing(format!("destination {destination}")))?;
+                vs.connections.remove(destination);
+            }
+            Op::DelService(key) => {
+                s.services
+                    .remove(key)
+                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
+            }
+            Op::RemoveRules { family, .. } => {
+                s.rules.remove(family);
+            }
+            Op::DestroySet(name) => {
+                s.sets
+                    .remove(name)
+                    .ok_or_else(|| Refusal::Missing(format!("set {name}")))?;
+            }
+            Op::DeleteLink => {
+                s.link = false;
+                s.addresses.clear();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernel::VsKey;
+
+    fn key() -> VsKey {
+        VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: crate::model::cluster::Protocol::Tcp,
+            port: 80,
+        }
+    }
+
+    #[test]
+    fn a_refused_operation_leaves_the_state_as_it_was() {
+        let mut state = KernelState::default();
+        let add = |scheduler: &str| Op::AddService {
+            key: key(),
+            service: Box::new(VirtualServer {
+                scheduler: scheduler.into(),
+                ..VirtualServer::default()
+            }),
+        };
+        state.apply(&add("rr")).unwrap();
+        let destination = "10.244.0.2:8080".parse().unwrap();
+        state
+            .apply(&Op::AddDestination {
+                key: key(),
+                destination,
+                weight: 1,
+            })
+            .unwrap();
+        let before = state.clone();
+        assert_eq!(
+            state.apply(&add("sh")),
+            Err(Refusal::Exists("10.96.0.10:80/tcp".into()))
+        );
+        assert_eq!(
+            state.apply(&Op::AddAddress("10.96.0.10".parse().unwrap())),
+            Err(Refusal::Missing("link".into()))
+        );
+        assert_eq!(
+            state.apply(&Op::AddEntries {
+                set: "KUBE-CLUSTER-IP".into(),
+                entries: Vec::new(),
+            }),
+            Err(Refusal::Missing("set KUBE-CLUSTER-IP".into()))
+        );
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn an_update_keeps_the_real_servers_and_a_replay_reaches_the_plans_state() {
+        let mut shadow = Shadow::default();
+        let destination = "10.244.0.2:8080".parse().unwrap();
+        shadow.replay(&[
+            Op::CreateLink,
+            Op::AddAddress("10.96.0.10".parse().unwrap()),
+            Op::AddService {
+                key: key(),
+                service: Box::new(VirtualServer {
+                    scheduler: "rr".into(),
+                    ..VirtualServer::default()
+                }),
+            },
+            Op::AddDestination {
+                key: key(),
+                destination,
+                weight: 1,
+            },
+            Op::UpdateService {
+                key: key(),
+                service: Box::new(VirtualServer {
+                    scheduler: "sh".into(),
+                    ..VirtualServer::default()
+                }),
+            },
+        ]);
+        let vs = &shadow.state.services[&key()];
+        assert_eq!(vs.scheduler, "sh");
+        assert_eq!(vs.destinations.get(&destination), Some(&1));
+        assert!(shadow.state.link && shadow.state.addresses.len() == 1);
+        shadow.replay(&[Op::DeleteLink]);
+        assert!(!shadow.state.link && shadow.state.addresses.is_empty());
+    }
+}
