@@ -515,10 +515,9 @@ fn run_one(
         run.cold = Some(first.0);
         run.cold_cpu = tick_secs(first.2);
         println!(
-            "beside: N={n} {}: full state ({} {}: {} {}) {:.2} s after its start, {:.2} CPU s, VmHWM {:.1} MiB",
+            "beside: N={n} {}: full state ({}: {} / {}) {:.2} s after its start, {:.2} CPU s, VmHWM {:.1} MiB",
             who.label(),
             who.counted(),
-            "=",
             run.counts.0,
             run.counts.1,
             first.0,
@@ -676,6 +675,9 @@ fn changes(
 
 // ---- the report ----
 
+/// One figure of a run, for a row of the table.
+type Figure = fn(&Run) -> f64;
+
 /// The table of one N: each program's figures and the agent's ratios to each kube-proxy.
 fn table(n: usize, seed: f64, runs: &BTreeMap<&'static str, Run>) -> String {
     let mut t = format!("\nS({n}, 5), seeded in {seed:.1} s\n\n| | ");
@@ -698,7 +700,7 @@ fn table(n: usize, seed: f64, runs: &BTreeMap<&'static str, Run>) -> String {
         t.push_str("---|");
     }
     t.push('\n');
-    let rows: [(&str, fn(&Run) -> f64); 9] = [
+    let rows: [(&str, Figure); 9] = [
         ("cold sync, s", |r| r.cold.unwrap_or(f64::NAN)),
         ("cold sync CPU, s", |r| r.cold_cpu),
         ("change median, ms", Run::median),
