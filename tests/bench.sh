@@ -9,16 +9,80 @@
 #                             (50000 takes tens of minutes)
 #   tests/bench.sh --sizes 2000,5000 --reps 3 --changes 200
 #
+# Beside upstream kube-proxy (issue 16, item 5; tests/peers/tests/beside/mod.rs): the agent,
+# kube-proxy --proxy-mode=ipvs and kube-proxy --proxy-mode=nftables, each alone in a fresh
+# network namespace, against the real kube-apiserver of the peers harness, on S(N, 5):
+#
+#   tests/bench.sh --beside   N = 1000, 5000, 10000, 100 changes each (hours under emulation)
+#   tests/bench.sh --beside --sizes 1000 --changes 100 [--programs agent,ipvs,nftables]
+#                  [--change-secs 900] [--cold-secs 1800]
+#
+# The whole of bench/results.json from one run (emptied first; then the scale bench with the
+# given arguments, then the side-by-side bench at its default sizes):
+#
+#   tests/bench.sh --whole [--full | --sizes ... --route]
+#
 # The figures also go to bench/results.json (the issue's keys; null for what the run did not
 # measure). Every measurement runs in a fresh network namespace; compare the ratios, not the seconds
 # (software emulation is about 20 times slower than a real machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --whole ]]; then
+    shift
+    rm -f bench/results.json
+    bash tests/bench.sh "$@"
+    exec bash tests/bench.sh --beside
+fi
 bash tests/setup.sh
+target=${CARGO_TARGET_DIR:-target}
+if [[ ${1:-} == --beside ]]; then
+    shift
+    sizes=1000,5000,10000 changes=100 programs=agent,ipvs,nftables change_secs=900 cold_secs=1800
+    while (($#)); do
+        case $1 in
+            --sizes) sizes=$2; shift 2 ;;
+            --changes) changes=$2; shift 2 ;;
+            --programs) programs=$2; shift 2 ;;
+            --change-secs) change_secs=$2; shift 2 ;;
+            --cold-secs) cold_secs=$2; shift 2 ;;
+            *) echo "bench: unknown argument $1" >&2; exit 2 ;;
+        esac
+    done
+    # The agent as operators run it: a release build, copied into the VM beside the tests.
+    cargo build --release --quiet -p kube-proxy-ipvs-agent --bin kube-proxy-ipvs
+    agent=$(realpath "$target/release/kube-proxy-ipvs")
+    log=$(mktemp)
+    PEERS_BESIDE_SIZES=$sizes PEERS_BESIDE_CHANGES=$changes PEERS_BESIDE_PROGRAMS=$programs \
+    PEERS_BESIDE_CHANGE_SECS=$change_secs PEERS_BESIDE_COLD_SECS=$cold_secs PEERS_BESIDE_AGENT=$agent \
+        cargo run --release --quiet -p lab -- test --release --memory 6144 --timeout 43200 \
+        -p peers --exe "$agent" -- beside --ignored --nocapture --test-threads 1 | tee "$log"
+    line=$(grep -a '^BESIDE-JSON ' "$log" | tail -1 | cut -d' ' -f2-)
+    rm -f "$log"
+    [[ -n $line ]] || { echo "bench: no BESIDE-JSON line" >&2; exit 1; }
+    python3 - "$line" <<'PY'
+import json, pathlib, sys
+path = pathlib.Path("bench/results.json")
+out = json.loads(path.read_text()) if path.exists() else {}
+new = json.loads(sys.argv[1])
+sizes = out.get("beside", {})
+sizes.update(new.pop("beside"))
+out.update(new)
+out["beside"] = sizes
+for k in ("cold_sync_ratio_10k first_service_share_10k change_p99_ratio_50k_1k noop_resync_ratio "
+          "rss_mib_10k cold_sync_ratio_50k_route kube_proxy_cold_ratio_10k "
+          "kube_proxy_change_cpu_ratio_10k kube_proxy_rss_ratio_10k nftables_cold_ratio_10k "
+          "nftables_change_latency_p99_ratio_10k nftables_change_cpu_ratio_10k "
+          "nftables_rss_ratio_10k").split():
+    out.setdefault(k, None)  # every key of issue 16, null until a run measures it
+path.parent.mkdir(exist_ok=True)
+path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+print(f"bench: wrote {path}")
+PY
+    exit 0
+fi
 memory=4096
 for a in "$@"; do [[ $a == --full ]] && memory=6144; done
 cargo build --release --quiet -p kube-proxy-ipvs-agent --example scale
-target=${CARGO_TARGET_DIR:-target}
 exe=$(realpath "$target/release/examples/scale")
 log=$(mktemp)
 cargo run --release --quiet -p lab -- run --machine pc --memory "$memory" --timeout 14400 \
@@ -36,6 +100,12 @@ sizes = out.get("scale", {})
 sizes.update({k: v for k, v in new.pop("sizes").items()})
 out.update(new)
 out["scale"] = sizes
+for k in ("cold_sync_ratio_10k first_service_share_10k change_p99_ratio_50k_1k noop_resync_ratio "
+          "rss_mib_10k cold_sync_ratio_50k_route kube_proxy_cold_ratio_10k "
+          "kube_proxy_change_cpu_ratio_10k kube_proxy_rss_ratio_10k nftables_cold_ratio_10k "
+          "nftables_change_latency_p99_ratio_10k nftables_change_cpu_ratio_10k "
+          "nftables_rss_ratio_10k").split():
+    out.setdefault(k, None)  # every key of issue 16, null until a run measures it
 path.parent.mkdir(exist_ok=True)
 path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
 print(f"bench: wrote {path}")

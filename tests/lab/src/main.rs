@@ -54,6 +54,10 @@ enum Cmd {
         /// `lab::controlplane`); the default when the `peers` package is tested.
         #[arg(long)]
         control_plane: bool,
+        /// A host program to copy into the guest at the same path, with its shared libraries
+        /// (repeatable): a benchmark's release build beside the tests' own.
+        #[arg(long = "exe")]
+        executables: Vec<PathBuf>,
         /// Arguments for every libtest binary (a name filter, --nocapture, ...).
         #[arg(last = true)]
         test_args: Vec<String>,
@@ -161,10 +165,12 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
             packages,
             release,
             control_plane,
+            executables,
             test_args,
         } => {
             let image = Image::ensure()?;
-            let build = suite::build(&packages, release)?;
+            let mut build = suite::build(&packages, release)?;
+            build.programs.extend(executables);
             if build.tests.is_empty() {
                 return Err(lab::Error::Setup(
                     "no package has a `lab` test target".into(),

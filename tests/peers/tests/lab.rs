@@ -9,6 +9,7 @@
 //! comma-separated list of file-stem prefixes.
 
 mod api;
+mod beside;
 mod e2e;
 mod node;
 

@@ -78,6 +78,22 @@ impl Cluster {
         Ok(())
     }
 
+    /// Creates these namespaces unless they exist (the bench spreads its Services over
+    /// namespaces as `scale`'s generator does).
+    pub fn ensure_namespaces(&self, names: &[String]) -> Result<()> {
+        self.rt.block_on(async {
+            for name in names {
+                let body =
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+                self.api("Namespace", None)
+                    .patch(name, &apply_params(), &Patch::Apply(body))
+                    .await
+                    .with_context(|| format!("namespace {name}"))?;
+            }
+            Ok(())
+        })
+    }
+
     /// Applies objects; a `status` in a document goes to the status subresource too.
     pub fn apply(&self, objects: &[Object]) -> Result<()> {
         self.rt.block_on(async {

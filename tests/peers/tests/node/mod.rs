@@ -119,6 +119,27 @@ impl NodeNs {
         within(&self.ns, move || lab::net::http_get(addr, path).ok())
     }
 
+    /// Whether the program has reported a sync that ended at or after `since` for every IP
+    /// family, with every change queued since then synced, and answers `/healthz` (see
+    /// [`NodeNs::wait_synced`]); with the oldest family's last sync and the health answer,
+    /// for a message.
+    pub fn sync_status(&self, since: SystemTime) -> (bool, Option<f64>, bool) {
+        let since = secs(since);
+        let metrics = self.get("127.0.0.1:10249", "/metrics");
+        let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
+        let caught_up = metrics
+            .as_ref()
+            .is_some_and(|(_, body)| caught_up(body, since));
+        let healthy = self
+            .get("127.0.0.1:10256", "/healthz")
+            .is_some_and(|(c, _)| c == 200);
+        (
+            healthy && last.is_some_and(|t| t >= since) && caught_up,
+            last,
+            healthy,
+        )
+    }
+
     /// Waits until the program reports a sync that ended at or after `since` for every IP
     /// family it serves (kube-proxy's `kubeproxy_sync_proxy_rules_last_timestamp_seconds`,
     /// which the agent exports with the same meaning) and answers `/healthz`.
@@ -128,27 +149,17 @@ impl NodeNs {
         since: SystemTime,
         limit: Duration,
     ) -> Result<()> {
-        let since = since
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = program.child.try_wait()? {
                 bail!("{} exited ({status}):\n{}", program.name, program.tail(30));
             }
-            let metrics = self.get("127.0.0.1:10249", "/metrics");
-            let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
-            let caught_up = metrics
-                .as_ref()
-                .is_some_and(|(_, body)| caught_up(body, since));
-            let healthy = self
-                .get("127.0.0.1:10256", "/healthz")
-                .is_some_and(|(c, _)| c == 200);
-            if healthy && last.is_some_and(|t| t >= since) && caught_up {
+            let (synced, last, healthy) = self.sync_status(since);
+            if synced {
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let since = secs(since);
                 bail!(
                     "{} did not sync within {limit:?} (last sync {last:?}, wanted >= {since:.1}, healthz {healthy}):\n{}",
                     program.name,
@@ -158,6 +169,13 @@ impl NodeNs {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// Seconds since the epoch, as the programs' timestamp metrics give them.
+fn secs(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
 }
 
 /// The oldest `kubeproxy_sync_proxy_rules_last_timestamp_seconds` sample (one per family).
@@ -213,6 +231,12 @@ impl Program {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Its process id (`ip netns exec` execs it, so this is the program itself): its
+    /// `/proc/PID` has its CPU time, its memory and its namespace's `net/ip_vs`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether it still runs.
