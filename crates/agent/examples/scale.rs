@@ -15,8 +15,10 @@
 //!   thread connecting to `10.96.0.1:443` from the node until a real pod behind it answers),
 //!   one-endpoint changes, no-op full resyncs, the dump tools on the agent's state, peak RSS.
 //!
-//! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C[,C...]]` (one count
-//! of changes per size, the last repeating); the child mode is
+//! `scale [--quick | --full] [--sizes 1000,10000] [--reps R] [--changes C[,C...]] [--route]`
+//! (one count of changes per size, the last repeating; `--route`, implied by `--full`, adds a
+//! cold sync with `--vip-binding=route` per size); the last line, `RESULTS-JSON {...}`, is what
+//! `tests/bench.sh` merges into `bench/results.json`; the child mode is
 //! `scale agent N CHANGES`; `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
@@ -62,6 +64,14 @@ fn main() {
         pure(n, changes, args.get(3).map(String::as_str) == Some("alone"));
         return;
     }
+    if args.first().map(String::as_str) == Some("heap") {
+        // `cold`: the cold sync alone (for a profile of its peak).
+        heap(
+            args[1].parse().expect("N"),
+            args.get(2).map(String::as_str) == Some("cold"),
+        );
+        return;
+    }
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
@@ -80,8 +90,11 @@ fn main() {
             }
             // Debug logs of the dataplane (group and worker timings) from the agent children.
             "--log" => enable_logs(),
+            // Each size also syncs cold with the VIPs as local routes.
+            "--route" => ROUTE.store(true, Ordering::Relaxed),
             "--full" => {
                 sizes = vec![1000, 10000, 50000];
+                ROUTE.store(true, Ordering::Relaxed);
                 // A change costs seconds at 50000 under emulation.
                 changes = vec![200, 200, 50];
             }
@@ -138,7 +151,7 @@ fn endpoint(address: IpAddr) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        node_name: Some("node-b".into()),
+        node_name: Some(kube_proxy_ipvs_agent::model::cluster::intern("node-b")),
         zone: None,
         zone_hints: vec![],
         node_hints: vec![],
@@ -535,6 +548,66 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
     );
 }
 
+/// `scale heap N [cold]`, on any host, for a heap profiler (`heaptrack scale heap 10000`):
+/// the sync loop's lifetime at N Services against a kernel that keeps nothing (as the real
+/// one, whose state is not in the agent's memory): a cold sync, then (without `cold`) 20
+/// endpoint changes synced alone. Prints peak RSS after each.
+fn heap(n: usize, cold_only: bool) {
+    /// A kernel that takes every operation and holds nothing.
+    struct Sink(Host);
+    impl Dataplane for Sink {
+        async fn observe(&mut self) -> Result<Observation, Error> {
+            Ok(Observation {
+                state: KernelState::default(),
+                host: self.0.clone(),
+            })
+        }
+        async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
+            Ok(Applied {
+                done: plan.ops.len(),
+                ..Applied::default()
+            })
+        }
+        async fn clean_conntrack(
+            &mut self,
+            _: &kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter,
+        ) -> Result<Vec<kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned>, Error> {
+            Ok(Vec::new())
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let base = peak_rss();
+    let mut cluster = cluster(n);
+    let after_cluster = peak_rss();
+    let mut syncer = Syncer::new(Sink(host()), config());
+    let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    drop(report);
+    let after_cold = peak_rss();
+    let mut line = format!(
+        "heap N={n}: peak RSS, MiB: start {:.1}, cluster built {:.1}, cold sync {:.1}",
+        mib(base),
+        mib(after_cluster),
+        mib(after_cold)
+    );
+    if !cold_only {
+        let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+        for c in 0..20 {
+            let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+            let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
+            slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+            let changed = BTreeSet::from([slice.service.clone()]);
+            rt.block_on(syncer.sync_changed(&cluster, &changed))
+                .expect("change");
+        }
+        write!(line, ", 20 changes {:.1}", mib(peak_rss())).unwrap();
+    }
+    println!("{line}");
+}
+
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -595,6 +668,8 @@ fn enable_logs() {
 }
 
 static LOG: AtomicBool = AtomicBool::new(false);
+/// Whether each size also measures the cold sync with `--vip-binding=route`.
+static ROUTE: AtomicBool = AtomicBool::new(false);
 
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
@@ -640,6 +715,10 @@ fn agent_child(n: usize, changes: usize) {
         )
         .await
         .expect("connect to the kernel");
+        let mut kernel = kernel;
+        if std::env::var_os("SCALE_ROUTE").is_some() {
+            kernel.set_vip_binding(kube_proxy_ipvs_agent::model::config::VipBinding::Route);
+        }
         Syncer::new(
             Timed {
                 kernel,
@@ -668,6 +747,14 @@ fn agent_child(n: usize, changes: usize) {
     put("cold_msgs", report.applied.messages.to_string());
     put("rss_cold", peak_rss().to_string());
     put("rss_base", rss_before.to_string());
+    drop(report);
+    if std::env::var_os("SCALE_COLD_ONLY").is_some() {
+        drop(syncer);
+        drop(rt);
+        timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
+        println!("{out}");
+        return;
+    }
 
     // One endpoint change at a time, with the full state programmed.
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
@@ -751,8 +838,18 @@ impl Agent {
 }
 
 fn agent_run(n: usize, changes: usize) -> Agent {
+    agent_run_with(n, changes, &[])
+}
+
+/// The cold sync alone with `--vip-binding=route` (the VIPs as local routes).
+fn agent_run_route(n: usize) -> Agent {
+    agent_run_with(n, 0, &[("SCALE_ROUTE", "1"), ("SCALE_COLD_ONLY", "1")])
+}
+
+fn agent_run_with(n: usize, changes: usize, env: &[(&str, &str)]) -> Agent {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
+    cmd.envs(env.iter().copied());
     if LOG.load(Ordering::Relaxed) {
         cmd.env("SCALE_LOG", "1");
     }
@@ -794,6 +891,8 @@ struct Row {
     plan_s: f64,
     raw: Raw,
     agent: Agent,
+    /// The cold sync with `--vip-binding=route`, when asked for (`--route`).
+    route: Option<Agent>,
 }
 
 fn measure(n: usize, reps: usize, changes: usize) -> Row {
@@ -824,6 +923,11 @@ fn measure(n: usize, reps: usize, changes: usize) -> Row {
         eprintln!("bench: N={n} rep {rep}: agent {:?}", a.0);
         agents.push(a);
     }
+    let route = ROUTE.load(Ordering::Relaxed).then(|| {
+        let a = agent_run_route(n);
+        eprintln!("bench: N={n}: agent, --vip-binding=route {:?}", a.0);
+        a
+    });
     // The repetition with the median cold sync stands for the size.
     let mut order: Vec<usize> = (0..reps).collect();
     order.sort_by(|&a, &b| agents[a].f("cold").total_cmp(&agents[b].f("cold")));
@@ -837,6 +941,7 @@ fn measure(n: usize, reps: usize, changes: usize) -> Row {
         plan_s,
         raw: raws[raw_order[reps / 2]].clone(),
         agent: agents[mid].clone(),
+        route,
     }
 }
 
@@ -910,6 +1015,68 @@ fn print_table(kernel: &str, rows: &[Row]) {
             hi.raw.dump(),
         );
     }
+    for r in rows {
+        if let Some(route) = &r.route {
+            let _ = writeln!(
+                t,
+                "N={}: cold sync with --vip-binding=route {:.2} s, T_raw {:.2} s: ratio {:.2} (with addresses: {:.2}); peak RSS {:.1} MiB",
+                r.n,
+                route.f("cold"),
+                r.raw.load(),
+                route.f("cold") / r.raw.load(),
+                r.agent.f("cold") / r.raw.load(),
+                route.f("rss_cold") / 1048576.0
+            );
+        }
+    }
+    let _ = writeln!(t, "{}", results_json(rows));
     print!("{t}");
     let _ = std::io::stdout().flush();
+}
+
+/// The line `tests/bench.sh` merges into `bench/results.json`: the keys (null when
+/// this run did not measure them) and the raw figures of each size.
+fn results_json(rows: &[Row]) -> String {
+    let at = |n: usize| rows.iter().find(|r| r.n == n);
+    let num = |v: Option<f64>| {
+        v.filter(|v| v.is_finite())
+            .map_or("null".to_string(), |v| format!("{v:.4}"))
+    };
+    let dump = |a: &Agent| a.f("dump_ipvsadm") + a.f("dump_ipset") + a.f("dump_ip");
+    let mut o = String::from("RESULTS-JSON {");
+    let _ = write!(
+        o,
+        "\"cold_sync_ratio_10k\": {}, \"first_service_share_10k\": {}, \"change_p99_ratio_50k_1k\": {}, \"noop_resync_ratio\": {}, \"rss_mib_10k\": {}, \"cold_sync_ratio_50k_route\": {}, \"sizes\": {{",
+        num(at(10000).map(|r| r.agent.f("cold") / r.raw.load())),
+        num(at(10000).map(|r| r.agent.f("first") / r.agent.f("cold"))),
+        num(at(50000)
+            .zip(at(1000))
+            .map(|(hi, lo)| hi.agent.f("chg_p99") / lo.agent.f("chg_p99"))),
+        num(rows
+            .iter()
+            .map(|r| r.agent.f("noop") / dump(&r.agent))
+            .reduce(f64::max)),
+        num(at(10000).map(|r| r.agent.f("rss_cold") / 1048576.0)),
+        num(at(50000).and_then(|r| r.route.as_ref().map(|a| a.f("cold") / r.raw.load()))),
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let a = &r.agent;
+        let _ = write!(
+            o,
+            "{}\"{}\": {{\"t_raw_s\": {}, \"t_agent_cold_s\": {}, \"first_service_s\": {}, \"change_median_ms\": {}, \"change_p99_ms\": {}, \"noop_resync_s\": {}, \"t_dump_s\": {}, \"rss_cold_mib\": {}, \"t_agent_cold_route_s\": {}}}",
+            if i == 0 { "" } else { ", " },
+            r.n,
+            num(Some(r.raw.load())),
+            num(Some(a.f("cold"))),
+            num(Some(a.f("first"))),
+            num(Some(1e3 * a.f("chg_med"))),
+            num(Some(1e3 * a.f("chg_p99"))),
+            num(Some(a.f("noop"))),
+            num(Some(dump(a))),
+            num(Some(a.f("rss_cold") / 1048576.0)),
+            num(r.route.as_ref().map(|a| a.f("cold"))),
+        );
+    }
+    o.push_str("}}");
+    o
 }

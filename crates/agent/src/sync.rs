@@ -110,6 +110,15 @@ pub struct Syncer<D> {
     triggers: programming::TriggerTimes,
 }
 
+/// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
+/// differ but for a 64-bit collision (which would only count a repair as a change).
+fn fingerprint(state: &KernelState) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    state.hash(&mut h);
+    h.finish()
+}
+
 impl<D: Dataplane> Syncer<D> {
     /// A syncer for `config` over `dataplane`.
     pub fn new(dataplane: D, config: ProxyConfig) -> Self {
@@ -173,6 +182,8 @@ impl<D: Dataplane> Syncer<D> {
         let now = Instant::now().into_std();
         let full = full || self.shadow.is_none();
         if full {
+            // The old shadow goes before the kernel is read: never two copies of its state.
+            self.shadow = None;
             let Observation { state, host } = self.dataplane.observe().await?;
             self.shadow = Some(Shadow { state, host });
         }
@@ -197,9 +208,16 @@ impl<D: Dataplane> Syncer<D> {
         let only = changed
             .zip(changed_slices.as_ref())
             .filter(|_| scope.is_some());
+        // Drift needs to know whether the desired state moved since the last sync: its
+        // fingerprint is kept, not the state, which goes before the new one is built (two whole
+        // desired states at once were the peak of a full resync).
         let previous = if scope.is_none() {
-            let built = Incremental::build(cluster, &self.config, &shadow.host);
-            self.incremental.replace(built)
+            let before = self
+                .incremental
+                .take()
+                .map(|inc| fingerprint(&inc.desired().state));
+            self.incremental = Some(Incremental::build(cluster, &self.config, &shadow.host));
+            before
         } else {
             None
         };
@@ -246,15 +264,12 @@ impl<D: Dataplane> Syncer<D> {
         };
         // With the desired state unchanged and the last plan applied whole, what a full sync
         // still changes was changed behind the agent's back.
-        let drift = if full
-            && self.settled
-            && previous.as_ref().map(|p| &p.desired().state) == Some(&want.state)
-        {
-            Drift::of(&p, &shadow.state)
-        } else {
-            Drift::default()
-        };
-        drop(previous);
+        let drift =
+            if full && self.settled && previous.is_some_and(|p| p == fingerprint(&want.state)) {
+                Drift::of(&p, &shadow.state)
+            } else {
+                Drift::default()
+            };
         // Every family served, so that a count that fell to nothing reads 0.
         let no_local_endpoints = self
             .config
@@ -330,13 +345,10 @@ impl<D: Dataplane> Syncer<D> {
                         .collect(),
                     ..applied
                 });
-                (
-                    Plan {
-                        ops: first.ops.into_iter().chain(p.ops).collect(),
-                        warnings: p.warnings,
-                    },
-                    first_applied,
-                )
+                // In place: a collected copy of a cold plan doubled its peak memory.
+                let mut p = p;
+                p.ops.splice(0..0, first.ops);
+                (p, first_applied)
             }
             None => (p, applied),
         };

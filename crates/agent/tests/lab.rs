@@ -1040,10 +1040,10 @@ fn adding_a_virtual_server_that_exists_sets_it() {
         ops: vec![
             Op::AddService {
                 key,
-                service: VirtualServer {
+                service: Box::new(VirtualServer {
                     scheduler: "rr".into(),
                     ..VirtualServer::default()
-                },
+                }),
             },
             Op::AddDestination {
                 key,

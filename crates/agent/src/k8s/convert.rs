@@ -909,8 +909,16 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
             ready,
             serving,
             terminating,
-            node_name: ep.node_name.clone().filter(|n| !n.is_empty()),
-            zone: ep.zone.clone().filter(|z| !z.is_empty()),
+            node_name: ep
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(crate::model::cluster::intern),
+            zone: ep
+                .zone
+                .as_deref()
+                .filter(|z| !z.is_empty())
+                .map(crate::model::cluster::intern),
             zone_hints: hints
                 .and_then(|h| h.for_zones.as_ref())
                 .into_iter()

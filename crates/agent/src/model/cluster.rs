@@ -163,6 +163,23 @@ pub struct EndpointPort {
     pub port: u16,
 }
 
+/// The one shared copy of a name that many objects repeat (node names, zones): endpoints hold
+/// it by pointer instead of each its own string. The table only grows, by the cluster's nodes
+/// and zones.
+pub fn intern(name: &str) -> Arc<str> {
+    static NAMES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<Arc<str>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(n) = names.get(name) {
+        return n.clone();
+    }
+    let n: Arc<str> = Arc::from(name);
+    names.insert(n.clone());
+    n
+}
+
 /// One endpoint (a pod) of an EndpointSlice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -174,10 +191,10 @@ pub struct Endpoint {
     pub serving: bool,
     /// `conditions.terminating` (absent means false).
     pub terminating: bool,
-    /// The node it runs on.
-    pub node_name: Option<String>,
-    /// Its zone.
-    pub zone: Option<String>,
+    /// The node it runs on (shared: a cluster has far fewer nodes than endpoints).
+    pub node_name: Option<Arc<str>>,
+    /// Its zone (shared, as the node name).
+    pub zone: Option<Arc<str>>,
     /// `hints.forZones`.
     pub zone_hints: Vec<String>,
     /// `hints.forNodes`.

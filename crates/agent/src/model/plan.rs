@@ -6,7 +6,7 @@
 //! the servers are made and dropped after they are deleted, and only virtual servers the agent
 //! owns are ever deleted.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
@@ -53,8 +53,9 @@ pub enum Op {
     WriteRules {
         /// The family (iptables or ip6tables).
         family: Family,
-        /// The rules to hold.
-        rules: Rules,
+        /// The rules to hold (boxed, as the large variants are: a cold plan holds one `Op` per
+        /// real server, each as large as the largest variant).
+        rules: Box<Rules>,
         /// Jumps from built-in chains to prepend, because they are missing.
         missing_jumps: Vec<(String, String)>,
     },
@@ -63,14 +64,14 @@ pub enum Op {
         /// Its key.
         key: VsKey,
         /// Its settings.
-        service: VirtualServer,
+        service: Box<VirtualServer>,
     },
     /// Change a virtual server's scheduler, flags or persistence.
     UpdateService {
         /// Its key.
         key: VsKey,
         /// Its new settings.
-        service: VirtualServer,
+        service: Box<VirtualServer>,
     },
     /// Add a real server.
     AddDestination {
@@ -341,7 +342,7 @@ pub fn plan_draining(
         if !same_chains(want, &have, *family) || !missing.is_empty() {
             p.ops.push(Op::WriteRules {
                 family: *family,
-                rules: want.clone(),
+                rules: Box::new(want.clone()),
                 missing_jumps: missing,
             });
         }
@@ -391,7 +392,7 @@ fn service_ops(
         None => {
             p.ops.push(Op::AddService {
                 key: *key,
-                service: without_destinations(want),
+                service: Box::new(without_destinations(want)),
             });
             for (d, w) in &want.destinations {
                 p.ops.push(Op::AddDestination {
@@ -405,7 +406,7 @@ fn service_ops(
             if want.settings_differ(have) {
                 p.ops.push(Op::UpdateService {
                     key: *key,
-                    service: without_destinations(want),
+                    service: Box::new(without_destinations(want)),
                 });
             }
             for (d, w) in &want.destinations {
@@ -519,7 +520,7 @@ pub fn plan_scoped(
         if !same_chains(want, &have, *family) || !missing.is_empty() {
             p.ops.push(Op::WriteRules {
                 family: *family,
-                rules: want.clone(),
+                rules: Box::new(want.clone()),
                 missing_jumps: missing,
             });
         }
@@ -563,8 +564,11 @@ pub fn plan_scoped(
 
 fn without_destinations(vs: &VirtualServer) -> VirtualServer {
     VirtualServer {
-        destinations: BTreeMap::new(),
-        ..vs.clone()
+        scheduler: vs.scheduler.clone(),
+        sched_flags: vs.sched_flags,
+        persistence: vs.persistence,
+        destinations: Default::default(),
+        connections: Default::default(),
     }
 }
 

@@ -89,13 +89,13 @@ impl KernelState {
             }
             Op::WriteRules { family, rules, .. } => {
                 // Holds every jump afterwards, as the kernel does.
-                s.rules.insert(*family, rules.clone());
+                s.rules.insert(*family, (**rules).clone());
             }
             Op::AddService { key, service } => {
                 if s.services.contains_key(key) {
                     return Err(Refusal::Exists(key.to_string()));
                 }
-                s.services.insert(*key, service.clone());
+                s.services.insert(*key, (**service).clone());
             }
             Op::UpdateService { key, service } => {
                 let vs = s
@@ -107,7 +107,7 @@ impl KernelState {
                 *vs = VirtualServer {
                     destinations,
                     connections,
-                    ..service.clone()
+                    ..(**service).clone()
                 };
             }
             Op::AddDestination {
@@ -176,10 +176,10 @@ mod tests {
         let mut state = KernelState::default();
         let add = |scheduler: &str| Op::AddService {
             key: key(),
-            service: VirtualServer {
+            service: Box::new(VirtualServer {
                 scheduler: scheduler.into(),
                 ..VirtualServer::default()
-            },
+            }),
         };
         state.apply(&add("rr")).unwrap();
         let destination = "10.244.0.2:8080".parse().unwrap();
@@ -218,10 +218,10 @@ mod tests {
             Op::AddAddress("10.96.0.10".parse().unwrap()),
             Op::AddService {
                 key: key(),
-                service: VirtualServer {
+                service: Box::new(VirtualServer {
                     scheduler: "rr".into(),
                     ..VirtualServer::default()
-                },
+                }),
             },
             Op::AddDestination {
                 key: key(),
@@ -230,10 +230,10 @@ mod tests {
             },
             Op::UpdateService {
                 key: key(),
-                service: VirtualServer {
+                service: Box::new(VirtualServer {
                     scheduler: "sh".into(),
                     ..VirtualServer::default()
-                },
+                }),
             },
         ]);
         let vs = &shadow.state.services[&key()];

@@ -216,10 +216,10 @@ mod tests {
                 protocol: crate::model::cluster::Protocol::Tcp,
                 port: 80,
             },
-            service: VirtualServer {
+            service: Box::new(VirtualServer {
                 scheduler: "lblc".into(),
                 ..VirtualServer::default()
-            },
+            }),
         };
         let hint =
             "the kernel has no IPVS scheduler \"lblc\" (is the module ip_vs_lblc available?)";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use peers::scenario::{self, Scenario};
 
-use super::{Pair, compare_clean, connect};
+use super::{Pair, compare_clean, compare_clean_within, connect};
 
 /// A small scenario written here: a NodePort and a ClusterIP Service with endpoints.
 fn base(id: &str) -> Scenario {
@@ -71,7 +71,11 @@ fn e2e_the_agent_follows_the_api_server_through_its_restart() {
     };
     pair.step(&cluster, &step)
         .expect("the change after the restart");
-    compare_clean(&pair, "after the API server's restart");
+    compare_clean_within(
+        &pair,
+        "after the API server's restart",
+        Duration::from_secs(90),
+    );
     assert!(
         pair.ag.state()["ipvs"]
             .iter()
@@ -113,7 +117,7 @@ fn e2e_a_watch_made_too_old_by_a_compaction_relists() {
     pair.reconnect_agent(&cp);
     pair.wait_synced(t)
         .expect("both synced after the reconnection");
-    compare_clean(&pair, "after the compaction");
+    compare_clean_within(&pair, "after the compaction", Duration::from_secs(90));
     // The agent's own warning for the watch error, not any "410" (timestamps hold some).
     let log = pair.agent_log();
     let failures: Vec<&str> = log.lines().filter(|l| l.contains("watch failed")).collect();

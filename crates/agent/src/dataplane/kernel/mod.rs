@@ -177,7 +177,7 @@ impl Kernel {
                 iptables::restore(self.backend, *family, &restore_input(rules, missing_jumps))?;
                 // Remember how the backend prints what we wrote, to tell drift from quirks.
                 let seen = iptables::read(self.backend, *family)?;
-                self.written.record(*family, rules.clone(), &seen);
+                self.written.record(*family, (**rules).clone(), &seen);
                 Ok(())
             }
             Op::RemoveRules { family, rules } => {

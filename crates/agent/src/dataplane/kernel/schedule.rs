@@ -138,7 +138,7 @@ fn is_claim(op: &Op) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernel::{SetEntry, SetKind, VirtualServer, VsKey};
+    use crate::model::kernel::{SetEntry, SetKind, VsKey};
 
     fn key(port: u16) -> VsKey {
         VsKey {
@@ -170,7 +170,7 @@ mod tests {
     fn add_service(port: u16) -> Op {
         Op::AddService {
             key: key(port),
-            service: VirtualServer::default(),
+            service: Box::default(),
         }
     }
 
