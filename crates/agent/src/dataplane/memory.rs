@@ -7,6 +7,7 @@ use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::KernelState;
 use crate::model::plan::{Op, Plan};
+
 pub use crate::model::shadow::Refusal;
 
 /// The in-memory kernel.
@@ -35,9 +36,7 @@ impl Memory {
     pub fn apply_op(&mut self, op: &Op) -> Result<(), Refusal> {
         self.state.apply(op)
     }
-}
 
-impl Memory {
     /// Whether the test asked to refuse `op` (its description names one of [`Memory::refuse`]).
     fn refuses(&self, op: &Op) -> bool {
         if self.refuse.is_empty() {
