@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
-use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation};
+use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation, RealServers};
 use kube_proxy_ipvs_agent::model::cluster::{
     Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
     ServiceRef, ServiceType, TrafficPolicy,
@@ -41,7 +41,7 @@ use kube_proxy_ipvs_agent::model::cluster::{
 use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
 use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls};
 use kube_proxy_ipvs_agent::model::iptables::restore_input;
-use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind};
+use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind, VsKey};
 use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
 use kube_proxy_ipvs_agent::sync::Syncer;
 use lab::guest::{Netns, sh};
@@ -479,6 +479,13 @@ impl Dataplane for Timed {
         self.kernel.observe().await
     }
 
+    async fn observe_real_servers(
+        &mut self,
+        keys: &[VsKey],
+    ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+        self.kernel.observe_real_servers(keys).await
+    }
+
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
         let t = Instant::now();
         let r = self.kernel.apply(plan).await;
@@ -561,6 +568,13 @@ fn heap(n: usize, cold_only: bool) {
                 state: KernelState::default(),
                 host: self.0.clone(),
             })
+        }
+        /// Nothing read: the removed real servers drain, their counts unknown.
+        async fn observe_real_servers(
+            &mut self,
+            _: &[VsKey],
+        ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+            Ok(Vec::new())
         }
         async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
             Ok(Applied {

@@ -7,10 +7,12 @@
 //! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
 //!
-//! Removed TCP real servers drain (see [`crate::model::drain`]): the connection counts that
-//! decide when one may go are read by full syncs only, so while a real server drains whose
-//! counts were never read, or whose bound is near, the loop makes the next full sync come
-//! sooner than the period.
+//! Removed TCP real servers drain (see [`crate::model::drain`]): a sync that removes real
+//! servers reads the connection counts of their virtual servers alone (as kube-proxy checks a
+//! real server's connections before deleting it), so an idle one goes in the same sync and a
+//! busy one is left at weight 0. Full syncs read the counts again and delete what has gone
+//! idle; when a drain's bound is near, or a read failed, the loop makes the next full sync
+//! come sooner than the period.
 
 mod failures;
 mod programming;
@@ -95,8 +97,8 @@ pub struct Syncer<D> {
     shadow: Option<Shadow>,
     /// The real servers that drain, and since when.
     draining: Draining,
-    /// Whether a real server started draining since the kernel was last read (its
-    /// connection counts are unknown).
+    /// Whether a real server started draining with its connection counts unread (its
+    /// targeted read failed).
     unread: bool,
     /// The conntrack filter of the last cleanup; `None` before the first.
     conntrack: Option<ConntrackFilter>,
@@ -239,6 +241,27 @@ impl<D: Dataplane> Syncer<D> {
             Some(only) => conntrack_filter_of(cluster, &self.config, &shadow.host, Some(only)),
             None => conntrack_filter(cluster, &self.config, &shadow.host),
         };
+        // A real server this sync removes (or that drains) goes at once when idle, as
+        // kube-proxy's graceful termination decides: the connection counts come from a read
+        // of those virtual servers alone (a full sync has just read them all).
+        let mut read = Vec::new();
+        let mut read_failed = None;
+        if !full {
+            let keys = shadow.losing_real_servers(&want.state, scope.as_ref().map(|s| &s.services));
+            if !keys.is_empty() {
+                match self.dataplane.observe_real_servers(&keys).await {
+                    Ok(found) => {
+                        shadow.refresh(found);
+                        read = keys;
+                    }
+                    Err(e) => {
+                        read_failed = Some(format!(
+                            "could not read the connections of the real servers to remove (they drain until the kernel is read): {e}"
+                        ))
+                    }
+                }
+            }
+        }
         let timeout = self.config.graceful_termination_timeout;
         let drained_before: BTreeSet<DestinationKey> = self.draining.keys().copied().collect();
         let track = |draining: &mut Draining, shadow: &KernelState| match &scope {
@@ -284,6 +307,7 @@ impl<D: Dataplane> Syncer<D> {
             .collect();
         let mut warnings = want.conflicts.clone();
         warnings.extend(p.warnings.iter().cloned());
+        warnings.extend(read_failed.iter().cloned());
         // Until the plan is known to be applied whole (an error leaves it half done).
         self.settled = false;
         let applied = if p.is_empty() {
@@ -314,6 +338,8 @@ impl<D: Dataplane> Syncer<D> {
                 for vs in shadow.state.services.values_mut() {
                     vs.connections.clear();
                 }
+            } else {
+                shadow.forget_connections(&read);
             }
             let want = &self
                 .incremental
@@ -352,11 +378,11 @@ impl<D: Dataplane> Syncer<D> {
             }
             None => (p, applied),
         };
-        self.unread = if full {
-            false
-        } else {
-            self.unread || self.draining.keys().any(|k| !drained_before.contains(k))
-        };
+        // Real servers that began to drain unread (the read failed) need the kernel read soon.
+        self.unread = !full
+            && (self.unread
+                || (read_failed.is_some()
+                    && self.draining.keys().any(|k| !drained_before.contains(k))));
         Ok(Report {
             full,
             plan: p,
@@ -467,9 +493,9 @@ impl<D: Dataplane> Syncer<D> {
         }
     }
 
-    /// How soon draining needs a full sync: at once when a real server started draining since
-    /// the kernel was last read (its counts are unknown, and most are already idle), else when
-    /// the first bound runs out (no read needed then, but a sync is).
+    /// How soon draining needs a full sync: at once when a real server started draining with
+    /// its counts unread (the targeted read failed; most are already idle), else when the
+    /// first bound runs out (no read needed then, but a sync is).
     fn recheck_in(&self, now: std::time::Instant) -> Option<Duration> {
         let deadline = self
             .draining
@@ -863,51 +889,62 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_removed_destination_drains_until_idle_and_is_checked_soon() {
+    async fn a_removed_real_server_goes_at_once_when_idle_and_drains_while_busy() {
         let vip = crate::model::kernel::VsKey {
             address: "10.96.0.10".parse().unwrap(),
             protocol: Protocol::Tcp,
             port: 80,
         };
         let gone: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+        let two = || web(&["10.244.0.2", "10.244.0.3"]);
+        let one = || web(&["10.244.0.2"]);
         let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
-        s.sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
-            .await
-            .unwrap();
-        // Between full syncs the counts are unknown: weight 0, and a full sync is wanted now.
-        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
-        assert_eq!(
-            r.plan.ops,
-            [Op::UpdateDestination {
-                key: vip,
-                destination: gone,
-                weight: 0
-            }]
-        );
-        assert_eq!((r.draining, r.recheck_in), (1, Some(Duration::ZERO)));
-        // The kernel says a connection is open: it stays, until the bound at the latest.
+        s.sync(&two(), true).await.unwrap();
+        // Idle: deleted by the change's own sync, which read that virtual server alone.
+        let r = s.sync(&one(), false).await.unwrap();
+        let deleted = Op::DelDestination {
+            key: vip,
+            destination: gone,
+        };
+        assert_eq!(r.plan.ops, std::slice::from_ref(&deleted));
+        assert_eq!((r.draining, r.recheck_in), (0, None));
+        assert_eq!(s.dataplane().observed, 1);
+        assert_eq!(s.dataplane().real_server_reads, [vec![vip]]);
+        // Busy: weight 0, and it drains until the bound at the latest.
+        s.sync(&two(), false).await.unwrap();
         let kernel_vs = s.dataplane().state.services.get_mut(&vip).unwrap();
         kernel_vs.connections.insert(gone, conns(1, 0));
-        tokio::time::advance(Duration::from_secs(60)).await;
-        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
-        assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+        let r = s.sync(&one(), false).await.unwrap();
+        let drained = Op::UpdateDestination {
+            key: vip,
+            destination: gone,
+            weight: 0,
+        };
+        assert_eq!(r.plan.ops, std::slice::from_ref(&drained));
         assert_eq!(r.draining, 1);
-        assert_eq!(r.recheck_in, Some(Duration::from_secs(14 * 60)));
-        // An incremental sync in between does not trust old counts either way.
-        let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
+        assert_eq!(r.recheck_in, Some(Duration::from_secs(15 * 60)));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let r = s.sync(&one(), true).await.unwrap();
         assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
-        // It closes: the next full sync deletes the destination.
+        assert_eq!(r.recheck_in, Some(Duration::from_secs(14 * 60)));
+        // It closes: the next sync that reads it deletes it.
         let kernel_vs = s.dataplane().state.services.get_mut(&vip).unwrap();
         kernel_vs.connections.insert(gone, conns(0, 0));
-        let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
-        assert_eq!(
-            r.plan.ops,
-            [Op::DelDestination {
-                key: vip,
-                destination: gone
-            }]
-        );
+        let r = s.sync(&one(), false).await.unwrap();
+        assert_eq!(r.plan.ops, [deleted]);
         assert_eq!((r.draining, r.recheck_in), (0, None));
+        assert_eq!(s.dataplane().observed, 2);
+        // The read fails: it drains with unknown counts, and the kernel is read at once.
+        s.sync(&two(), false).await.unwrap();
+        s.dataplane().unavailable = true;
+        let r = s.sync(&one(), false).await.unwrap();
+        assert_eq!(r.plan.ops, [drained]);
+        assert_eq!((r.draining, r.recheck_in), (1, Some(Duration::ZERO)));
+        assert!(
+            r.warnings.iter().any(|w| w.contains("could not read")),
+            "{:?}",
+            r.warnings
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -982,13 +1019,14 @@ mod tests {
             .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
             .await
             .unwrap();
+        let vs = first.dataplane().state.services.get_mut(&vip).unwrap();
+        vs.connections
+            .insert("10.244.0.3:8080".parse().unwrap(), conns(2, 0));
         first.sync(&web(&["10.244.0.2"]), false).await.unwrap();
         // A new agent over the same kernel: the draining one has connections, and another
         // wanted one was left at weight 0 by someone.
         let mut kernel = first.dataplane().clone();
         let vs = kernel.state.services.get_mut(&vip).unwrap();
-        vs.connections
-            .insert("10.244.0.3:8080".parse().unwrap(), conns(2, 0));
         vs.destinations
             .insert("10.244.0.2:8080".parse().unwrap(), 0);
         let mut s = Syncer::new(kernel, ProxyConfig::default());
@@ -1045,7 +1083,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_loop_reads_the_kernel_soon_after_a_drain_starts() {
+    async fn the_loop_removes_an_idle_real_server_without_reading_the_whole_kernel() {
         let (tx, rx) = watch::channel(Some(Arc::new(web(&["10.244.0.2", "10.244.0.3"]))));
         let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
         let periods = Periods {
@@ -1070,11 +1108,11 @@ mod tests {
             |_| {},
         );
         let (_tx, ()) = tokio::join!(driver, run_loop);
-        // The first sync, the removal (weight 0) and, well before the sync period, a full sync
-        // that finds no connection and deletes it.
-        assert_eq!(reports.len(), 3, "{reports:?}");
-        assert_eq!(reports[1], (false, 1, 1));
-        assert_eq!(reports[2], (true, 1, 0));
+        // The first sync, then the removal, which finds it idle and deletes it: no drain, and
+        // no full read of the kernel until the sync period.
+        assert_eq!(reports.len(), 2, "{reports:?}");
+        assert_eq!(reports[1], (false, 1, 0));
+        assert_eq!(syncer.dataplane().observed, 1);
     }
 
     /// Tampers with the in-memory kernel, then runs a full sync of an unchanged cluster.
@@ -1246,8 +1284,13 @@ mod tests {
         assert!(r.applied.failed.is_empty() && !r.plan.is_empty());
         assert!(r.drift.is_empty(), "{}", r.drift);
         // ...and a drain that starts, or ends, is the agent's own doing.
+        let busy: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+        let vs = s.dataplane().state.services.values_mut().next().unwrap();
+        vs.connections.insert(busy, conns(1, 0));
         let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();
         assert_eq!(r.draining, 1);
+        let vs = s.dataplane().state.services.values_mut().next().unwrap();
+        vs.connections.clear();
         let r = s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
         assert_eq!(r.draining, 0, "{:?}", r.plan.ops);
         assert!(r.drift.is_empty(), "{}", r.drift);

@@ -1071,6 +1071,60 @@ fn adding_a_virtual_server_that_exists_sets_it() {
     );
 }
 
+/// The targeted read of a sync that removes real servers: the named virtual servers' real
+/// servers with their weights and connection counts. IPVS answers for a virtual server it
+/// does not hold (deleted behind the agent's back) as for one without real servers, with no
+/// error: the plan then adds real servers to it, which fails and makes the kernel read whole.
+#[test]
+fn the_real_servers_of_named_virtual_servers_are_read_alone() {
+    use kube_proxy_ipvs_agent::dataplane::Dataplane;
+    use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
+    use kube_proxy_ipvs_agent::model::cluster::{Family, Protocol};
+    use kube_proxy_ipvs_agent::model::kernel::VsKey;
+
+    let _ns = lab::guest::Netns::fresh();
+    sh("ipvsadm -A -t 10.96.0.10:80 -s rr \
+        && ipvsadm -a -t 10.96.0.10:80 -r 10.244.0.2:8080 -m -w 1 \
+        && ipvsadm -a -t 10.96.0.10:80 -r 10.244.0.3:8080 -m -w 0 \
+        && ipvsadm -A -t 10.96.0.12:80 -s rr \
+        && ipvsadm -a -t 10.96.0.12:80 -r 10.244.0.9:8080 -m -w 1");
+    let key = |ip: &str| VsKey {
+        address: ip.parse().unwrap(),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    let read = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut kernel = Kernel::connect(vec![Family::V4], Vec::new())
+                .await
+                .expect("connect");
+            kernel
+                .observe_real_servers(&[key("10.96.0.10"), key("10.96.0.11")])
+                .await
+                .expect("read")
+        });
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert_eq!(read[0].0, key("10.96.0.10"));
+    let found = read[0].1.as_ref().expect("10.96.0.10 is in the kernel");
+    let weights: Vec<(SocketAddr, u32)> =
+        found.destinations.iter().map(|(a, w)| (*a, *w)).collect();
+    assert_eq!(
+        weights,
+        [
+            ("10.244.0.2:8080".parse().unwrap(), 1),
+            ("10.244.0.3:8080".parse().unwrap(), 0)
+        ]
+    );
+    assert_eq!(found.connections.len(), 2);
+    assert!(found.connections.values().all(|c| c.is_idle()));
+    assert_eq!(read[1].0, key("10.96.0.11"));
+    let missing = read[1].1.as_ref().map(|r| r.destinations.len());
+    assert!(matches!(missing, None | Some(0)), "{read:?}");
+}
+
 /// The first sync programs the API server's and the DNS Service alone before the rest of a
 /// cold node: right after its first apply the kernel holds those two virtual servers and no
 /// other, and both answer real requests (TCP from the node itself, which needs the
@@ -1079,10 +1133,11 @@ fn adding_a_virtual_server_that_exists_sets_it() {
 fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
     use kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned;
     use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
-    use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation};
+    use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation, RealServers};
     use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
     use kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter;
     use kube_proxy_ipvs_agent::model::desired::sysctls;
+    use kube_proxy_ipvs_agent::model::kernel::VsKey;
     use kube_proxy_ipvs_agent::model::plan::Plan;
     use kube_proxy_ipvs_agent::source::manifests::load_str;
     use kube_proxy_ipvs_agent::sync::Syncer;
@@ -1103,6 +1158,13 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
     impl Dataplane for Watched<'_> {
         async fn observe(&mut self) -> Result<Observation, Error> {
             self.kernel.observe().await
+        }
+
+        async fn observe_real_servers(
+            &mut self,
+            keys: &[VsKey],
+        ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+            self.kernel.observe_real_servers(keys).await
         }
 
         async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {

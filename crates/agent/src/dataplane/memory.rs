@@ -2,10 +2,10 @@
 //! the model's shadow ([`KernelState::apply`]), exactly as the real dataplane would.
 
 use super::conntrack::Cleaned;
-use super::{Applied, Dataplane, Error, Observation};
+use super::{Applied, Dataplane, Error, Observation, RealServers};
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
-use crate::model::kernel::KernelState;
+use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
 
 pub use crate::model::shadow::Refusal;
@@ -21,6 +21,8 @@ pub struct Memory {
     pub applied: Vec<Plan>,
     /// Number of `observe` calls.
     pub observed: usize,
+    /// The virtual servers of every `observe_real_servers` call.
+    pub real_server_reads: Vec<Vec<VsKey>>,
     /// The filter of every conntrack cleanup asked for.
     pub conntrack_cleanups: Vec<ConntrackFilter>,
     /// Operations the kernel refuses: those whose description contains one of these. IPVS
@@ -77,6 +79,35 @@ impl Dataplane for Memory {
             state,
             host: self.host.clone(),
         })
+    }
+
+    async fn observe_real_servers(
+        &mut self,
+        keys: &[VsKey],
+    ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+        self.real_server_reads.push(keys.to_vec());
+        if self.unavailable {
+            let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(Error::request(
+                "list IPVS destinations",
+                ipvs_netlink::Error::FamilyMissing(missing),
+            ));
+        }
+        Ok(keys
+            .iter()
+            .map(|key| {
+                let read = self.state.services.get(key).map(|vs| RealServers {
+                    destinations: vs.destinations.clone(),
+                    // None recorded means none open, as in `observe`.
+                    connections: vs
+                        .destinations
+                        .keys()
+                        .map(|d| (*d, vs.connections.get(d).copied().unwrap_or_default()))
+                        .collect(),
+                });
+                (*key, read)
+            })
+            .collect())
     }
 
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {

@@ -24,7 +24,9 @@ pub mod vip;
 
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
-use crate::model::kernel::KernelState;
+use crate::model::kernel::{KernelState, VsKey};
+
+pub use crate::model::kernel::RealServers;
 use crate::model::plan::{Op, Plan};
 
 /// What reading the kernel gives.
@@ -68,6 +70,14 @@ impl Applied {
 pub trait Dataplane {
     /// Reads the kernel state the agent manages.
     fn observe(&mut self) -> impl Future<Output = Result<Observation, Error>> + Send;
+    /// Reads the real servers of the virtual servers `keys` alone, with their connection
+    /// counts: what a sync that removes or drains real servers needs to know, without reading
+    /// the whole kernel. `None` for a virtual server known not to exist (IPVS itself answers
+    /// for a missing one as for one without real servers).
+    fn observe_real_servers(
+        &mut self,
+        keys: &[VsKey],
+    ) -> impl Future<Output = Result<Vec<(VsKey, Option<RealServers>)>, Error>> + Send;
     /// Applies `plan` in order. A failed operation does not stop the ones after it (another
     /// Service's changes must not wait on it); failures are reported in [`Applied::failed`].
     fn apply(&mut self, plan: &Plan) -> impl Future<Output = Result<Applied, Error>> + Send;

@@ -86,6 +86,16 @@ impl VirtualServer {
     }
 }
 
+/// The real servers of one virtual server as the kernel holds them, with their connection
+/// counts: what a targeted read of one virtual server gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RealServers {
+    /// Real servers and their weights.
+    pub destinations: Destinations,
+    /// Their connection counts, as just read.
+    pub connections: BTreeMap<SocketAddr, Connections>,
+}
+
 /// The real servers of one virtual server and their weights, ordered by address: a map kept as
 /// a sorted vector, because a virtual server has a handful of real servers and the agent holds
 /// tens of thousands of virtual servers in each copy of the state (a B-tree node per virtual

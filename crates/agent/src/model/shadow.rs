@@ -4,8 +4,9 @@
 
 use std::collections::BTreeSet;
 
+use super::cluster::Protocol;
 use super::desired::Host;
-use super::kernel::{KernelState, Set, VirtualServer};
+use super::kernel::{KernelState, RealServers, Set, VirtualServer, VsKey};
 use super::plan::Op;
 
 /// The kernel as last read, with every plan applied since replayed on it.
@@ -24,6 +25,68 @@ impl Shadow {
     pub fn replay(&mut self, ops: &[Op]) {
         for op in ops {
             let _ = self.state.apply(op);
+        }
+    }
+
+    /// The TCP virtual servers, among `keys` (all when `None`), that `desired` wants and
+    /// whose real servers here include one `desired` does not want: a real server that is
+    /// removed now or drains. Whether it may go depends on its connections, which only a
+    /// read of the kernel tells.
+    pub fn losing_real_servers<'a>(
+        &self,
+        desired: &KernelState,
+        keys: Option<impl IntoIterator<Item = &'a VsKey>>,
+    ) -> Vec<VsKey> {
+        let losing = |key: &VsKey| {
+            key.protocol == Protocol::Tcp
+                && match (self.state.services.get(key), desired.services.get(key)) {
+                    (Some(have), Some(want)) => have
+                        .destinations
+                        .keys()
+                        .any(|d| !want.destinations.contains_key(d)),
+                    _ => false,
+                }
+        };
+        match keys {
+            Some(keys) => keys.into_iter().filter(|k| losing(k)).copied().collect(),
+            None => self
+                .state
+                .services
+                .keys()
+                .filter(|k| losing(k))
+                .copied()
+                .collect(),
+        }
+    }
+
+    /// Takes in what a targeted read of some virtual servers found: their real servers and
+    /// connection counts replace what the shadow held; one the kernel no longer holds goes.
+    pub fn refresh(&mut self, read: Vec<(VsKey, Option<RealServers>)>) {
+        for (key, found) in read {
+            match found {
+                Some(RealServers {
+                    destinations,
+                    connections,
+                }) => {
+                    if let Some(vs) = self.state.services.get_mut(&key) {
+                        vs.destinations = destinations;
+                        vs.connections = connections;
+                    }
+                }
+                None => {
+                    self.state.services.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Forgets the connection counts of `keys` (they are good only for the sync that read
+    /// them).
+    pub fn forget_connections<'a>(&mut self, keys: impl IntoIterator<Item = &'a VsKey>) {
+        for key in keys {
+            if let Some(vs) = self.state.services.get_mut(key) {
+                vs.connections.clear();
+            }
         }
     }
 }

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::channel::oneshot;
+use futures::{StreamExt, TryStreamExt};
 use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags, ServiceKey};
 use tracing::{debug, warn};
 
 use super::Kernel;
-use crate::dataplane::{Applied, Error};
+use crate::dataplane::{Applied, Error, RealServers};
 use crate::model::cluster::Protocol;
 use crate::model::kernel::{Connections, VirtualServer, VsKey};
 use crate::model::plan::Op;
@@ -85,6 +85,34 @@ impl Kernel {
         // The first failure in the services' order, whatever reader met it.
         read.sort_unstable_by_key(|(i, _)| *i);
         read.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Reads the real servers of `keys` over the dump sockets, one dump in flight on each.
+    pub(super) async fn read_real_servers(
+        &self,
+        keys: &[VsKey],
+    ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+        let sockets: &[ipvs_netlink::Handle] = if self.dumpers.is_empty() {
+            std::slice::from_ref(&self.ipvs)
+        } else {
+            &self.dumpers
+        };
+        let n = sockets.len();
+        futures::stream::iter(keys.iter().copied().enumerate())
+            .map(|(j, key)| {
+                let ipvs = sockets[j % n].clone();
+                async move {
+                    match ipvs.destinations(&ipvs_key(&key)).list().await {
+                        Ok(dests) => Ok((key, Some(real_servers(&dests)))),
+                        // Deleted behind the agent's back: the plan adds it again.
+                        Err(e) if e.is_not_found() => Ok((key, None)),
+                        Err(e) => Err(ipvs_error(&format!("list destinations of {key}"), e)),
+                    }
+                }
+            })
+            .buffered(n)
+            .try_collect()
+            .await
     }
 
     /// Sends IPVS operations in batches of [`IPVS_CHUNK`].
@@ -195,6 +223,10 @@ fn ipvs_key(key: &VsKey) -> ServiceKey {
 
 fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
     let sched_mask = ServiceFlags::SCHED1 | ServiceFlags::SCHED2 | ServiceFlags::SCHED3;
+    let RealServers {
+        destinations,
+        connections,
+    } = real_servers(dests);
     VirtualServer {
         scheduler: svc.scheduler.name().to_string(),
         sched_flags: (svc.flags & sched_mask).bits(),
@@ -202,10 +234,15 @@ fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
             .flags
             .contains(ServiceFlags::PERSISTENT)
             .then_some(svc.timeout),
-        destinations: dests
-            .iter()
-            .map(|d| (std::net::SocketAddr::new(d.address, d.port), d.weight))
-            .collect(),
+        destinations,
+        connections,
+    }
+}
+
+fn real_servers(dests: &[Destination]) -> RealServers {
+    let addr = |d: &Destination| std::net::SocketAddr::new(d.address, d.port);
+    RealServers {
+        destinations: dests.iter().map(|d| (addr(d), d.weight)).collect(),
         connections: dests
             .iter()
             .map(|d| {
@@ -213,7 +250,7 @@ fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
                     active: d.active_connections,
                     inactive: d.inactive_connections,
                 };
-                (std::net::SocketAddr::new(d.address, d.port), c)
+                (addr(d), c)
             })
             .collect(),
     }

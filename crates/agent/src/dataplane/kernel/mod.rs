@@ -27,12 +27,12 @@ use super::iptables::{self, Backend, Written};
 use super::link::{Address, BRIDGE_ROUTE_METRIC, Links};
 use super::modules::Preloader;
 use super::vip::Bindings;
-use super::{Applied, Dataplane, Error, Observation, sysctl};
+use super::{Applied, Dataplane, Error, Observation, RealServers, sysctl};
 use crate::model::cluster::Family;
 use crate::model::config::VipBinding;
 use crate::model::desired::Host;
 use crate::model::iptables::{removal_input, restore_input};
-use crate::model::kernel::{KernelState, LINK_NAME};
+use crate::model::kernel::{KernelState, LINK_NAME, VsKey};
 use crate::model::plan::{Op, Plan};
 
 pub use self::addresses::Rebound;
@@ -249,6 +249,13 @@ impl Dataplane for Kernel {
         }
         state.sysctls = sysctl::read(&self.sysctl_keys);
         Ok(Observation { state, host })
+    }
+
+    async fn observe_real_servers(
+        &mut self,
+        keys: &[VsKey],
+    ) -> Result<Vec<(VsKey, Option<RealServers>)>, Error> {
+        self.read_real_servers(keys).await
     }
 
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
