@@ -43,6 +43,7 @@ use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls
 use kube_proxy_ipvs_agent::model::iptables::restore_input;
 use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind, VsKey};
 use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
+use kube_proxy_ipvs_agent::model::rolling::{Part, READ_SHARE};
 use kube_proxy_ipvs_agent::sync::Syncer;
 use lab::guest::{Netns, sh};
 use lab::net::{Pod, bridge};
@@ -479,6 +480,10 @@ impl Dataplane for Timed {
         self.kernel.observe().await
     }
 
+    async fn observe_part(&mut self, part: &Part) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+        self.kernel.observe_part(part).await
+    }
+
     async fn observe_real_servers(
         &mut self,
         keys: &[VsKey],
@@ -568,6 +573,12 @@ fn heap(n: usize, cold_only: bool) {
                 state: KernelState::default(),
                 host: self.0.clone(),
             })
+        }
+        async fn observe_part(
+            &mut self,
+            _: &Part,
+        ) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+            Ok((self.observe().await?, BTreeSet::new()))
         }
         /// Nothing read: the removed real servers drain, their counts unknown.
         async fn observe_real_servers(
@@ -810,6 +821,8 @@ fn agent_child(n: usize, changes: usize) {
     // One full sync first: it deletes the real servers the changes left draining (weight 0,
     // no connections), so the timed ones change nothing.
     let _ = rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+    // The whole read, as the dump tools read everything.
+    syncer.set_read_share(usize::MAX);
     let mut noop = Vec::new();
     let mut noop_ops = 0;
     for _ in 0..3 {
@@ -826,6 +839,17 @@ fn agent_child(n: usize, changes: usize) {
     }
     put("noop_ops", noop_ops.to_string());
     put("noop", format!("{:.4}", median(&mut noop)));
+    // The periodic pass as the loop makes it: the real servers of one share.
+    syncer.set_read_share(READ_SHARE);
+    let mut share = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+        share.push(t.elapsed().as_secs_f64());
+    }
+    let share = median(&mut share);
+    eprintln!("bench: N={n}: periodic pass (one share of the real servers) median {share:.4} s");
+    put("noop_share", format!("{share:.4}"));
     put("dump_ipvsadm", format!("{:.4}", timed("ipvsadm -Sn")));
     put("dump_ipset", format!("{:.4}", timed("ipset save")));
     put(

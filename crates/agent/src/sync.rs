@@ -2,7 +2,8 @@
 //! state from the latest cluster snapshot, diffs it against the kernel and applies the plan.
 //!
 //! The kernel is read once at start and at every full sync (`--ipvs-sync-period`), which also
-//! repairs drift; in between, the agent diffs against its own record of what it applied, so an
+//! repairs drift (on a large node each periodic pass reads the real servers of one share of
+//! the virtual servers, in turn: [`crate::model::rolling`]); in between, the agent diffs against its own record of what it applied, so an
 //! endpoint change costs only the operations it needs. Syncs are at least
 //! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
@@ -32,9 +33,10 @@ use crate::model::config::ProxyConfig;
 use crate::model::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
 use crate::model::drain::{DestinationKey, Draining};
 use crate::model::incremental::Incremental;
-use crate::model::kernel::KernelState;
+use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Plan, plan_draining, plan_scoped};
 use crate::model::priority::priority_plan;
+use crate::model::rolling::{Part, READ_SHARE};
 use crate::model::shadow::Shadow;
 
 pub use crate::model::drift::{DRIFT_KINDS, Drift};
@@ -86,6 +88,9 @@ pub struct Report {
     pub ipvs_connections: Option<u64>,
     /// Where the health-check node ports belong, from the host's addresses as last read.
     pub health_check_addresses: crate::model::desired::HealthCheckAddresses,
+    /// Virtual servers whose real servers this full sync did not read (a periodic pass reads
+    /// one share of them; [`crate::model::rolling`]).
+    pub unread: usize,
 }
 
 /// Runs syncs against a dataplane.
@@ -110,6 +115,12 @@ pub struct Syncer<D> {
     settled: bool,
     /// The EndpointSlice changes already counted as programmed.
     triggers: programming::TriggerTimes,
+    /// Periodic passes made over a shadow: which share the next reads.
+    pass: u64,
+    /// Virtual servers whose real servers one periodic pass reads at most.
+    read_share: usize,
+    /// Open connections per virtual server, as last read (none kept for idle ones).
+    connections: BTreeMap<VsKey, u64>,
 }
 
 /// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
@@ -134,6 +145,9 @@ impl<D: Dataplane> Syncer<D> {
             incremental: None,
             settled: false,
             triggers: programming::TriggerTimes::new(std::time::SystemTime::now()),
+            pass: 0,
+            read_share: READ_SHARE,
+            connections: BTreeMap::new(),
         }
     }
 
@@ -183,12 +197,11 @@ impl<D: Dataplane> Syncer<D> {
         // The loop's clock, which tests can pause.
         let now = Instant::now().into_std();
         let full = full || self.shadow.is_none();
-        if full {
-            // The old shadow goes before the kernel is read: never two copies of its state.
-            self.shadow = None;
-            let Observation { state, host } = self.dataplane.observe().await?;
-            self.shadow = Some(Shadow { state, host });
-        }
+        let unread = if full {
+            self.read_kernel().await?
+        } else {
+            BTreeSet::new()
+        };
         // The first sync of this process programs the priority Services (the API server's,
         // the cluster DNS) before computing and applying everything else.
         let first = if self.incremental.is_none() {
@@ -226,15 +239,32 @@ impl<D: Dataplane> Syncer<D> {
         let want = self.incremental.as_ref().expect("built above").desired();
         let health_check_addresses =
             crate::model::desired::health_check_addresses(cluster, &self.config, &shadow.host);
-        // Read only with the kernel (counts are cleared from the shadow after each sync).
+        // Read only with the kernel (counts are cleared from the shadow after each sync); a
+        // periodic pass reads some virtual servers' counts, so the others' last are kept.
+        if full {
+            for (key, vs) in &shadow.state.services {
+                if unread.contains(key) {
+                    continue;
+                }
+                let open: u64 = vs
+                    .connections
+                    .values()
+                    .map(|c| u64::from(c.active) + u64::from(c.inactive))
+                    .sum();
+                if open == 0 {
+                    self.connections.remove(key);
+                } else {
+                    self.connections.insert(*key, open);
+                }
+            }
+            self.connections
+                .retain(|key, _| shadow.state.services.contains_key(key));
+        }
         let ipvs_connections = full.then(|| {
-            shadow
-                .state
-                .services
+            self.connections
                 .iter()
                 .filter(|(key, _)| want.state.services.contains_key(key))
-                .flat_map(|(_, vs)| vs.connections.values())
-                .map(|c| u64::from(c.active) + u64::from(c.inactive))
+                .map(|(_, open)| open)
                 .sum()
         });
         let conntrack = match only {
@@ -408,7 +438,65 @@ impl<D: Dataplane> Syncer<D> {
             programmed,
             ipvs_connections,
             health_check_addresses,
+            unread: unread.len(),
         })
+    }
+
+    /// Reads the kernel for a full sync: whole at the first sync, after a failure and on small
+    /// nodes, else the periodic pass ([`crate::model::rolling`]), whose unread real servers
+    /// keep what the shadow knew of them. Returns the virtual servers whose real servers were
+    /// not read.
+    async fn read_kernel(&mut self) -> Result<BTreeSet<VsKey>, Error> {
+        let part = self.shadow.as_ref().and_then(|shadow| {
+            let always = self.draining.keys().map(|(key, _)| *key).collect();
+            Part::of_pass(
+                self.pass,
+                shadow.state.services.len(),
+                self.read_share,
+                always,
+            )
+        });
+        let Some(part) = part else {
+            // The old shadow goes before the kernel is read: never two copies of its state.
+            self.shadow = None;
+            let Observation { state, host } = self.dataplane.observe().await?;
+            self.shadow = Some(Shadow { state, host });
+            return Ok(BTreeSet::new());
+        };
+        self.pass += 1;
+        let (Observation { mut state, host }, mut unread) =
+            self.dataplane.observe_part(&part).await?;
+        let mut old = self.shadow.take().expect("a part only over a shadow");
+        let mut unknown = Vec::new();
+        for key in &unread {
+            match (old.state.services.get_mut(key), state.services.get_mut(key)) {
+                (Some(was), Some(now)) => now.destinations = std::mem::take(&mut was.destinations),
+                _ => unknown.push(*key),
+            }
+        }
+        drop(old);
+        let mut shadow = Shadow { state, host };
+        if !unknown.is_empty() {
+            // Virtual servers the shadow did not know (someone else's, made since): read now.
+            shadow.refresh(self.dataplane.observe_real_servers(&unknown).await?);
+            for key in &unknown {
+                unread.remove(key);
+            }
+        }
+        debug!(
+            share = part.share,
+            shares = part.shares,
+            unread = unread.len(),
+            "read the kernel, the real servers of one share"
+        );
+        self.shadow = Some(shadow);
+        Ok(unread)
+    }
+
+    /// Sets how many virtual servers' real servers a periodic pass reads at most
+    /// ([`crate::model::rolling::READ_SHARE`] by default; `usize::MAX` reads everything).
+    pub fn set_read_share(&mut self, per_pass: usize) {
+        self.read_share = per_pass;
     }
 
     /// Applies the additive plan of the priority Services ([`priority_plan`]) on the kernel
@@ -1113,6 +1201,132 @@ mod tests {
         assert_eq!(reports.len(), 2, "{reports:?}");
         assert_eq!(reports[1], (false, 1, 0));
         assert_eq!(syncer.dataplane().observed, 1);
+    }
+
+    /// `n` Services `s0..`, each on its own ClusterIP with two ready endpoints.
+    fn many(n: usize) -> Cluster {
+        let (services, slices) = (0..n)
+            .map(|i| {
+                let name = format!("s{i}");
+                let service = svc(&name).cluster_ip(&format!("10.96.1.{i}")).tcp(80);
+                let slice = eps(&name, "", Protocol::Tcp, 8080)
+                    .ready(&format!("10.244.1.{i}"), "other")
+                    .ready(&format!("10.244.2.{i}"), "other");
+                (service, slice)
+            })
+            .unzip();
+        cluster(services, slices)
+    }
+
+    #[tokio::test]
+    async fn periodic_passes_read_the_real_servers_of_one_share_each_and_repair_them_in_turn() {
+        let c = many(10);
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.set_read_share(4);
+        // The first sync reads everything.
+        let r = s.sync(&c, true).await.unwrap();
+        assert_eq!(r.unread, 0);
+        // Someone deletes one real server of every virtual server behind the agent's back.
+        for vs in s.dataplane().state.services.values_mut() {
+            let first = *vs.destinations.keys().next().unwrap();
+            vs.destinations.remove(&first);
+        }
+        // Each pass reads one of the three shares and repairs what it read, nothing else.
+        let mut repaired = 0;
+        for pass in 0..3 {
+            let r = s.sync(&c, true).await.unwrap();
+            assert_eq!(
+                r.unread + r.plan.ops.len(),
+                10,
+                "pass {pass}: {:?}",
+                r.plan.ops
+            );
+            assert!(
+                r.unread > 0 && r.unread < 10,
+                "pass {pass} read all or nothing"
+            );
+            assert!(
+                r.plan
+                    .ops
+                    .iter()
+                    .all(|op| matches!(op, Op::AddDestination { .. })),
+                "{:?}",
+                r.plan.ops
+            );
+            repaired += r.plan.ops.len();
+        }
+        // One round repaired every virtual server, each once; the kernel is whole again.
+        assert_eq!(repaired, 10);
+        let want = desired(&c, &ProxyConfig::default(), &Host::default());
+        assert_eq!(s.dataplane().state.services, want.state.services);
+        // An endpoint change between passes still goes in at once, against the shadow.
+        let r = s.sync(&many(11), false).await.unwrap();
+        assert!(!r.plan.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_periodic_pass_reads_the_draining_and_the_unknown_virtual_servers_whole() {
+        let c = many(10);
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.set_read_share(4);
+        s.sync(&c, true).await.unwrap();
+        // s0 loses a busy endpoint: it drains.
+        let mut fewer = c.clone();
+        let slice = fewer
+            .slices
+            .values_mut()
+            .find(|e| e.service.name == "s0")
+            .unwrap();
+        Arc::make_mut(slice).endpoints.pop();
+        let s0 = *s
+            .dataplane()
+            .state
+            .services
+            .keys()
+            .find(|k| k.address == "10.96.1.0".parse::<std::net::IpAddr>().unwrap())
+            .unwrap();
+        let busy: std::net::SocketAddr = "10.244.2.0:8080".parse().unwrap();
+        let vs = s.dataplane().state.services.get_mut(&s0).unwrap();
+        vs.connections.insert(busy, conns(1, 0));
+        let r = s.sync(&fewer, false).await.unwrap();
+        assert_eq!(r.draining, 1);
+        // Someone else makes a virtual server: the pass reads its real servers too.
+        let foreign = crate::model::kernel::VsKey {
+            address: "192.0.2.1".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let mut theirs = crate::model::kernel::VirtualServer {
+            scheduler: "rr".into(),
+            ..Default::default()
+        };
+        theirs
+            .destinations
+            .insert("192.0.2.2:80".parse().unwrap(), 1);
+        s.dataplane().state.services.insert(foreign, theirs);
+        // Three passes: in each, the draining one is read (it goes once idle)...
+        for pass in 0..3 {
+            let r = s.sync(&fewer, true).await.unwrap();
+            assert_eq!(r.draining, 1, "pass {pass}");
+        }
+        let vs = s.dataplane().state.services.get_mut(&s0).unwrap();
+        vs.connections.clear();
+        let r = s.sync(&fewer, true).await.unwrap();
+        assert_eq!(
+            r.plan.ops,
+            [Op::DelDestination {
+                key: s0,
+                destination: busy
+            }]
+        );
+        // ...and the foreign one's real servers were read at the first pass that did not
+        // select it (the shadow had nothing to keep for it), not taken as none.
+        assert!(r.unread > 0);
+        let reads = &s.dataplane().real_server_reads;
+        assert!(
+            reads.iter().any(|keys| keys.contains(&foreign)),
+            "{reads:?}"
+        );
     }
 
     /// Tampers with the in-memory kernel, then runs a full sync of an unchanged cluster.

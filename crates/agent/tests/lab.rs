@@ -1160,6 +1160,13 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
             self.kernel.observe().await
         }
 
+        async fn observe_part(
+            &mut self,
+            part: &kube_proxy_ipvs_agent::model::rolling::Part,
+        ) -> Result<(Observation, std::collections::BTreeSet<VsKey>), Error> {
+            self.kernel.observe_part(part).await
+        }
+
         async fn observe_real_servers(
             &mut self,
             keys: &[VsKey],

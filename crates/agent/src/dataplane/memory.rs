@@ -1,12 +1,15 @@
 //! An in-memory kernel for tests of the sync loop: applies plans to a [`KernelState`] with
 //! the model's shadow ([`KernelState::apply`]), exactly as the real dataplane would.
 
+use std::collections::BTreeSet;
+
 use super::conntrack::Cleaned;
 use super::{Applied, Dataplane, Error, Observation, RealServers};
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
+use crate::model::rolling::Part;
 
 pub use crate::model::shadow::Refusal;
 
@@ -79,6 +82,19 @@ impl Dataplane for Memory {
             state,
             host: self.host.clone(),
         })
+    }
+
+    async fn observe_part(&mut self, part: &Part) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+        let mut observation = self.observe().await?;
+        let mut unread = BTreeSet::new();
+        for (key, vs) in &mut observation.state.services {
+            if !part.reads(key) {
+                vs.destinations = Default::default();
+                vs.connections.clear();
+                unread.insert(*key);
+            }
+        }
+        Ok((observation, unread))
     }
 
     async fn observe_real_servers(

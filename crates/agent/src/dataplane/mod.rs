@@ -24,7 +24,10 @@ pub mod vip;
 
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
+use std::collections::BTreeSet;
+
 use crate::model::kernel::{KernelState, VsKey};
+use crate::model::rolling::Part;
 
 pub use crate::model::kernel::RealServers;
 use crate::model::plan::{Op, Plan};
@@ -70,6 +73,13 @@ impl Applied {
 pub trait Dataplane {
     /// Reads the kernel state the agent manages.
     fn observe(&mut self) -> impl Future<Output = Result<Observation, Error>> + Send;
+    /// Reads the kernel as [`Dataplane::observe`] does, but the real servers of only the
+    /// virtual servers `part` selects (the periodic pass, [`crate::model::rolling`]): the others
+    /// come back without real servers, their keys in the second value.
+    fn observe_part(
+        &mut self,
+        part: &Part,
+    ) -> impl Future<Output = Result<(Observation, BTreeSet<VsKey>), Error>> + Send;
     /// Reads the real servers of the virtual servers `keys` alone, with their connection
     /// counts: what a sync that removes or drains real servers needs to know, without reading
     /// the whole kernel. `None` for a virtual server known not to exist (IPVS itself answers

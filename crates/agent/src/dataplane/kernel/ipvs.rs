@@ -2,7 +2,7 @@
 //! the plan's IPVS operations in batches, and the conversions between the model and the
 //! library.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use crate::dataplane::{Applied, Error, RealServers};
 use crate::model::cluster::Protocol;
 use crate::model::kernel::{Connections, VirtualServer, VsKey};
 use crate::model::plan::Op;
+use crate::model::rolling::Part;
 
 /// IPVS operations per batch: a batch holds every request encoded (twice for
 /// add-or-update), so a cold sync sends its tens of thousands in slices of this many.
@@ -37,7 +38,12 @@ const SHARED_FROM: usize = 256;
 const SERVICE_DUMPS: usize = 8;
 
 impl Kernel {
-    pub(super) async fn observe_services(&self) -> Result<BTreeMap<VsKey, VirtualServer>, Error> {
+    /// Every IPVS virtual server of ours, with the real servers of those `part` selects (all
+    /// without one); the keys of those whose real servers were not read come second.
+    pub(super) async fn observe_services(
+        &self,
+        part: Option<&Part>,
+    ) -> Result<(BTreeMap<VsKey, VirtualServer>, BTreeSet<VsKey>), Error> {
         let services = match self.ipvs.services().list_consistent(SERVICE_DUMPS).await {
             Ok(services) => services,
             // Another namespace kept changing IPVS through every dump: what any dump listed
@@ -51,9 +57,13 @@ impl Kernel {
             }
             Err(e) => return Err(ipvs_error("list IPVS services", e)),
         };
-        let ours: Vec<(VsKey, Service)> = services
+        let (ours, unread): (Listed, Listed) = services
             .into_iter()
             .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
+            .partition(|(k, _)| part.is_none_or(|p| p.reads(k)));
+        let unread: BTreeMap<VsKey, VirtualServer> = unread
+            .into_iter()
+            .map(|(k, s)| (k, virtual_server(&s, &[])))
             .collect();
         // Virtual server i is read by reader i % readers: the shares are alike in size
         // and mix large and small servers.
@@ -84,7 +94,11 @@ impl Kernel {
         }
         // The first failure in the services' order, whatever reader met it.
         read.sort_unstable_by_key(|(i, _)| *i);
-        read.into_iter().map(|(_, r)| r).collect()
+        let mut services: BTreeMap<VsKey, VirtualServer> =
+            read.into_iter().map(|(_, r)| r).collect::<Result<_, _>>()?;
+        let keys = unread.keys().copied().collect();
+        services.extend(unread);
+        Ok((services, keys))
     }
 
     /// Reads the real servers of `keys` over the dump sockets, one dump in flight on each.
@@ -270,6 +284,9 @@ fn ipvs_destination(addr: &std::net::SocketAddr, weight: u32) -> Destination {
     d.weight = weight;
     d
 }
+
+/// Virtual servers as listed, with their keys.
+type Listed = Vec<(VsKey, Service)>;
 
 /// Real servers read, each with its virtual server's position in the list.
 type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;

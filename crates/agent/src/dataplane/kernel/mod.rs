@@ -14,7 +14,7 @@ mod schedule;
 mod sets;
 mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -34,6 +34,7 @@ use crate::model::desired::Host;
 use crate::model::iptables::{removal_input, restore_input};
 use crate::model::kernel::{KernelState, LINK_NAME, VsKey};
 use crate::model::plan::{Op, Plan};
+use crate::model::rolling::Part;
 
 pub use self::addresses::Rebound;
 
@@ -224,8 +225,10 @@ fn pick<'a>(plan: &'a Plan, indices: &[usize]) -> Vec<(usize, &'a Op)> {
     indices.iter().map(|&i| (i, &plan.ops[i])).collect()
 }
 
-impl Dataplane for Kernel {
-    async fn observe(&mut self) -> Result<Observation, Error> {
+impl Kernel {
+    /// The kernel state the agent manages, the real servers of the virtual servers `part`
+    /// selects alone when there is a part.
+    async fn read(&mut self, part: Option<&Part>) -> Result<(Observation, BTreeSet<VsKey>), Error> {
         let (interfaces, addresses) = self.read_bindings().await?;
         let mut state = KernelState {
             link: self.link_index.is_some(),
@@ -236,8 +239,9 @@ impl Dataplane for Kernel {
             addresses: Links::local_addresses(&interfaces, &addresses),
         };
         let t = Instant::now();
-        state.services = self.observe_services().await?;
-        debug!(services = state.services.len(), elapsed = ?t.elapsed(), "observed IPVS");
+        let (services, unread) = self.observe_services(part).await?;
+        state.services = services;
+        debug!(services = state.services.len(), unread = unread.len(), elapsed = ?t.elapsed(), "observed IPVS");
         let t = Instant::now();
         state.sets = self.observe_sets()?;
         debug!(elapsed = ?t.elapsed(), "observed sets");
@@ -248,7 +252,17 @@ impl Dataplane for Kernel {
                 .insert(*family, self.written.observed(*family, &seen));
         }
         state.sysctls = sysctl::read(&self.sysctl_keys);
-        Ok(Observation { state, host })
+        Ok((Observation { state, host }, unread))
+    }
+}
+
+impl Dataplane for Kernel {
+    async fn observe(&mut self) -> Result<Observation, Error> {
+        Ok(self.read(None).await?.0)
+    }
+
+    async fn observe_part(&mut self, part: &Part) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+        self.read(Some(part)).await
     }
 
     async fn observe_real_servers(
