@@ -27,6 +27,7 @@ for package in ipvs-netlink libipset; do
 done
 
 echo "libraries: tests/consumer against the packages"
+cargo fmt --manifest-path tests/consumer/Cargo.toml --check
 patch=()
 for package in ipvs-netlink libipset; do
     patch+=(--config "patch.crates-io.$package.path=\"$target/package/$package-$(version "$package")\"")

@@ -10,8 +10,17 @@ async fn main() -> ExitCode {
         Ok(handle) => match handle.services().list().await {
             Ok(services) => {
                 for svc in services {
-                    let dests = handle.destinations(&svc.key).list().await.unwrap_or_default();
-                    println!("ipvs {} {} ({} real servers)", svc.key, svc.scheduler, dests.len());
+                    let dests = handle
+                        .destinations(&svc.key)
+                        .list()
+                        .await
+                        .unwrap_or_default();
+                    println!(
+                        "ipvs {} {} ({} real servers)",
+                        svc.key,
+                        svc.scheduler,
+                        dests.len()
+                    );
                 }
             }
             Err(e) => {
@@ -35,5 +44,9 @@ async fn main() -> ExitCode {
             failed = true;
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
