@@ -34,7 +34,7 @@ for package in ipvs-netlink libipset; do
 done
 cargo build --quiet --manifest-path tests/consumer/Cargo.toml --target-dir "$target" "${patch[@]}"
 # What it resolved is the packages, not the workspace's sources.
-resolved=$(cargo tree --manifest-path tests/consumer/Cargo.toml --target-dir "$target" "${patch[@]}" \
+resolved=$(cargo tree --manifest-path tests/consumer/Cargo.toml "${patch[@]}" \
     --depth 1 --prefix none | grep -E "^(ipvs-netlink|libipset) v[0-9.]+ \($target/package/" || true)
 echo "$resolved"
 [[ $(wc -l <<<"$resolved") == 2 ]] || { echo "libraries: the consumer did not use the packages" >&2; exit 1; }
@@ -51,3 +51,14 @@ for package in ipvs-netlink libipset; do
     echo "libraries: cargo semver-checks -p $package against $baseline"
     cargo semver-checks check-release -p "$package" --baseline-rev "$baseline"
 done
+
+echo "libraries: the tools' --help and usage errors"
+for tool in "ipvs-netlink ipvs" "libipset ipset-rs"; do
+    read -r package example <<<"$tool"
+    help=$(cargo run --quiet -p "$package" --example "$example" -- --help)
+    grep -q "Exit status: 0" <<<"$help" || { echo "libraries: $example --help says no exit status" >&2; exit 1; }
+    status=0
+    cargo run --quiet -p "$package" --example "$example" -- --no-such-flag >/dev/null 2>&1 || status=$?
+    [[ $status == 2 ]] || { echo "libraries: $example with a bad flag exited $status, not 2" >&2; exit 1; }
+done
+echo "libraries: ok"
