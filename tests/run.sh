@@ -17,6 +17,8 @@ step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "host tests"
 cargo test --workspace
+step "the libraries as packages (publish dry run, an outside consumer, the API check)"
+bash tests/libraries.sh
 step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs

@@ -2,7 +2,7 @@
 //! over kube-proxy's KUBE-* set types, each run in a fresh network namespace. Needs root.
 //!
 //! ```sh
-//! cargo run --release -p ipset --example bench-restore [-- ENTRIES RUNS]
+//! cargo run --release -p libipset --example bench-restore [-- ENTRIES RUNS]
 //! ```
 //!
 //! "ours" is the whole path from text: parse the `ipset restore` input into typed operations,
@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use ipset::{Session, parse_restore};
+use libipset::{Session, parse_restore};
 
 /// (set, type and options, share of the entries, entry generator)
 type Gen = fn(u32) -> String;

@@ -1,5 +1,6 @@
 //! `ipset-rs`: `save` and `restore` in the formats of `ipset save` and `ipset restore`, through
-//! this crate's typed path, so the library can be cross-checked against the real tool:
+//! this crate's typed path, so the library can be cross-checked against the real tool
+//! (`ipset-rs --help` says what it accepts; so does the crate's README):
 //!
 //! ```sh
 //! ipset-rs save > a; ipset save > b; diff a b
@@ -9,12 +10,25 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ipset::{Session, SetName, parse_restore, render_save};
+use libipset::{ParseError, Session, SetName, parse_restore, render_save};
+
+const AFTER_HELP: &str = "\
+Set types: hash:ip, hash:net, hash:ip,port, hash:ip,port,ip, hash:ip,port,net, hash:net,port and
+bitmap:port (the types kube-proxy uses), IPv4 and IPv6, with their create options (hashsize,
+maxelem, timeout, counters, comment, bucketsize, initval, range) and entry options (timeout,
+packets, bytes, comment). RESTORE reads the commands `ipset save` writes and `ipset restore`
+takes: create/n/-N, add/a/-A, del/d/-D, flush/F/-F, destroy/x/-X, rename/e/-E, swap/w/-W,
+comments and COMMIT lines; it applies them as one batch. Acts on the caller's network namespace; needs CAP_NET_ADMIN.
+
+Exit status: 0 done; 1 libipset or the kernel refused (the reason on standard error; a batch
+stops at its first refusal, as `ipset restore` does); 2 bad usage or unreadable input (the
+line named).";
 
 #[derive(Parser)]
 #[command(
     name = "ipset-rs",
-    about = "ipset save/restore through the ipset crate"
+    about = "ipset save/restore through the libipset crate",
+    after_help = AFTER_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -72,6 +86,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<ParseError>() => {
+            eprintln!("ipset-rs: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             let mut msg = format!("ipset-rs: {e}");
             let mut source = e.source();

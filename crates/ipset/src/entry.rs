@@ -234,7 +234,7 @@ impl Entry {
     /// Like `ipset restore`, a port without a protocol means TCP.
     ///
     /// ```
-    /// use ipset::{Entry, Protocol, SetType};
+    /// use libipset::{Entry, Protocol, SetType};
     /// let e = Entry::parse(SetType::HashIpPort, "10.96.0.1,tcp:443").unwrap();
     /// assert_eq!(e, Entry::IpPort { ip: "10.96.0.1".parse().unwrap(), protocol: Protocol::Tcp, port: 443 });
     /// assert_eq!(e.to_string(), "10.96.0.1,tcp:443");

@@ -21,9 +21,9 @@
 //! Needs root (`CAP_NET_ADMIN`) and acts on the calling thread's network namespace.
 //!
 //! ```no_run
-//! use ipset::{Entry, Family, Header, Member, Op, Protocol, Session, Set, SetName, SetType};
+//! use libipset::{Entry, Family, Header, Member, Op, Protocol, Session, Set, SetName, SetType};
 //!
-//! # fn main() -> ipset::Result<()> {
+//! # fn main() -> libipset::Result<()> {
 //! let mut session = Session::new()?;
 //! let name = SetName::new("KUBE-CLUSTER-IP")?;
 //! let header = Header::hash(name.clone(), SetType::HashIpPort, Family::Inet).with_maxelem(65536);
@@ -53,7 +53,7 @@
 //! path on 100,000 entries spread over the KUBE-* set types:
 //!
 //! ```sh
-//! cargo run --release -p ipset --example bench-restore
+//! cargo run --release -p libipset --example bench-restore
 //! valgrind --error-exitcode=99 --leak-check=full target/debug/deps/kernel-*   # FFI paths
 //! ```
 
@@ -71,6 +71,11 @@ mod sys {
     //! bindgen output for libipset and the C shim (see `build.rs`).
     include!(concat!(env!("OUT_DIR"), "/sys.rs"));
 }
+
+/// The README (the registry's page of the crate): its quick start compiles as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub mod entry;
 pub mod error;

@@ -18,7 +18,7 @@ impl SetName {
     /// Validates `name`.
     ///
     /// ```
-    /// use ipset::SetName;
+    /// use libipset::SetName;
     /// assert!(SetName::new("KUBE-CLUSTER-IP").is_ok());
     /// assert!(SetName::new("a-name-that-is-longer-than-31-bytes").is_err());
     /// assert!(SetName::new("nul\0inside").is_err());

@@ -58,9 +58,9 @@ fn entry_options(tokens: &[String]) -> Result<EntryOptions, ParseError> {
 ///
 /// ```
 /// let text = "create s hash:ip family inet hashsize 1024 maxelem 65536\nadd s 10.0.0.1\n";
-/// let sets = ipset::parse_save(text).unwrap();
+/// let sets = libipset::parse_save(text).unwrap();
 /// assert_eq!(sets[0].members.len(), 1);
-/// assert_eq!(ipset::render_save(&sets), text);
+/// assert_eq!(libipset::render_save(&sets), text);
 /// ```
 pub fn parse_save(text: &str) -> Result<Vec<Set>, ParseError> {
     let mut sets: Vec<Set> = Vec::new();

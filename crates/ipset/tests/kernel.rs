@@ -5,7 +5,7 @@ mod common;
 use std::net::IpAddr;
 
 use common::{in_netns, ipset_tool, normalized, tool_save};
-use ipset::{
+use libipset::{
     Entry, Error, Family, Header, Member, Net, Op, Protocol, Session, Set, SetName, SetType,
     parse_restore, parse_save, render_save,
 };

@@ -1,7 +1,7 @@
 //! Property tests: `ipset save` rendering and parsing are inverse for every entry and header.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipset::{
+use libipset::{
     Entry, EntryOptions, Family, Header, Member, Net, Protocol, Set, SetName, SetType, parse_save,
     render_save,
 };

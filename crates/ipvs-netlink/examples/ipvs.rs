@@ -1,11 +1,6 @@
 //! `ipvs`: a small ipvsadm look-alike on ipvs-netlink, to show the library and to cross-check
-//! it against the real tool.
-//!
-//! ```text
-//! ipvs save              # prints the table as `ipvsadm -Sn`
-//! ipvs restore < rules   # applies `ipvsadm -R` input, batched
-//! ipvs list [--stats]    # prints the table as `ipvsadm -Ln [--stats]`
-//! ```
+//! it against the real tool. `ipvs --help` prints what it accepts (the crate's README says the
+//! same).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -14,24 +9,52 @@ use futures::TryStreamExt;
 use ipvs_netlink::ipvsadm::{self, Entry, Rule};
 use ipvs_netlink::{Handle, Result};
 
+const HELP: &str = "\
+ipvs: the IPVS table through ipvs-netlink, in ipvsadm's formats
+
+Usage:
+  ipvs save [-n]              print the table as `ipvsadm -Sn` does
+  ipvs list [-n] [--stats]    print the table as `ipvsadm -Ln [--stats]` does
+  ipvs restore < RULES        apply `ipvsadm -R` input as one batch
+  ipvs --help                 print this
+
+Numeric output only (-n is implied). RESTORE reads ipvsadm's rule syntax: -A/-E/-D services
+(-t, -u, --sctp-service, -f, -6, -s, -b, -p, -M, --pe, -o), -a/-e/-d real servers (-r, -g, -i,
+-m, -w, -x, -y, --tun-type, --tun-port, --tun-nocsum, --tun-csum, --tun-remcsum), -C, -Z and
+--set, with their long forms. Acts on the caller's network namespace; needs CAP_NET_ADMIN.
+
+Exit status: 0 done; 1 the kernel refused a request (each refused rule on standard error,
+the others still applied) or could not be reached; 2 bad usage or unreadable input (the line
+named).
+";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let command = match words.as_slice() {
+        ["--help"] | ["-h"] | ["help"] => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        ["save"] | ["save", "-n"] => Command::Save,
+        ["restore"] => Command::Restore,
+        ["list"] | ["list", "-n"] => Command::List { stats: false },
+        ["list", "--stats"] | ["list", "-n", "--stats"] => Command::List { stats: true },
+        _ => {
+            eprint!("ipvs: unknown arguments {words:?}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let outcome = rt.block_on(async {
         let handle = ipvs_netlink::connect().await?;
-        match words.as_slice() {
-            ["save"] | ["save", "-n"] => save(&handle).await,
-            ["restore"] => restore(&handle).await,
-            ["list"] | ["list", "-n"] => list(&handle, false).await,
-            ["list", "--stats"] | ["list", "-n", "--stats"] => list(&handle, true).await,
-            _ => {
-                eprintln!("usage: ipvs save | ipvs restore < rules | ipvs list [--stats]");
-                Ok(ExitCode::from(2))
-            }
+        match command {
+            Command::Save => save(&handle).await,
+            Command::Restore => restore(&handle).await,
+            Command::List { stats } => list(&handle, stats).await,
         }
     });
     match outcome {
@@ -46,6 +69,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What the command line asked for.
+enum Command {
+    Save,
+    Restore,
+    List { stats: bool },
 }
 
 /// Services in the kernel's order, each with its destinations, sorted as ipvsadm sorts.

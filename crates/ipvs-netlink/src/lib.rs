@@ -45,6 +45,11 @@
 //! [`ServiceHandle::list_consistent`], which dumps until two dumps in a row agree.
 #![forbid(unsafe_code)]
 
+/// The README (the registry's page of the crate): its quick start compiles as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod batch;
 pub mod connection;
 pub mod daemon;
