@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod op_kind;
 pub mod plan;
 pub mod priority;
+pub mod scheduler;
 pub mod sets;
 pub mod shadow;
 
