@@ -21,6 +21,22 @@ impl KubeProxyConfiguration {
         if self.kind != KIND {
             push("kind", format!("must be {KIND}"));
         }
+        self.check_modes(&mut push);
+        self.check_conntrack(&mut push);
+        self.check_process(&mut push);
+        self.check_addresses(&mut push);
+        self.check_node_and_detection(&mut push);
+        self.check_logging(&mut push);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid(errs))
+        }
+    }
+
+    /// The per-mode sections: `iptables` in every mode, as kube-proxy does, `ipvs` and
+    /// `nftables` in theirs.
+    fn check_modes(&self, push: &mut impl FnMut(&str, String)) {
         // IPTables is validated in every mode, as kube-proxy does.
         if let Some(bit) = self.iptables.masquerade_bit
             && !(0..=31).contains(&bit)
@@ -34,21 +50,21 @@ impl KubeProxyConfiguration {
             "iptables",
             self.iptables.sync_period,
             self.iptables.min_sync_period,
-            &mut push,
+            push,
         );
         if self.mode == "ipvs" {
             check_periods(
                 "ipvs",
                 self.ipvs.sync_period,
                 self.ipvs.min_sync_period,
-                &mut push,
+                push,
             );
             for (name, d) in [
                 ("ipvs.tcpTimeout", self.ipvs.tcp_timeout),
                 ("ipvs.tcpFinTimeout", self.ipvs.tcp_fin_timeout),
                 ("ipvs.udpTimeout", self.ipvs.udp_timeout),
             ] {
-                non_negative(name, d, &mut push);
+                non_negative(name, d, push);
             }
             for (i, c) in self.ipvs.exclude_cidrs.iter().enumerate() {
                 if let Err(m) = parse_cidr(c) {
@@ -87,9 +103,13 @@ impl KubeProxyConfiguration {
                 "nftables",
                 self.nftables.sync_period,
                 self.nftables.min_sync_period,
-                &mut push,
+                push,
             );
         }
+    }
+
+    /// `conntrack`: counts and timeouts not negative.
+    fn check_conntrack(&self, push: &mut impl FnMut(&str, String)) {
         let ct = &self.conntrack;
         for (name, v) in [
             ("conntrack.maxPerCore", ct.max_per_core),
@@ -113,8 +133,12 @@ impl KubeProxyConfiguration {
             ("conntrack.udpTimeout", ct.udp_timeout),
             ("conntrack.udpStreamTimeout", ct.udp_stream_timeout),
         ] {
-            non_negative(name, d, &mut push);
+            non_negative(name, d, push);
         }
+    }
+
+    /// The mode's name, the client's burst, `oomScoreAdj` and `configSyncPeriod`.
+    fn check_process(&self, push: &mut impl FnMut(&str, String)) {
         if !matches!(self.mode.as_str(), "" | "iptables" | "ipvs" | "nftables") {
             push(
                 "mode",
@@ -147,6 +171,10 @@ impl KubeProxyConfiguration {
                 format!("{}: must be greater than 0", self.config_sync_period),
             );
         }
+    }
+
+    /// Bind addresses, `clusterCIDR`, `portRange` and `nodePortAddresses`.
+    fn check_addresses(&self, push: &mut impl FnMut(&str, String)) {
         if self.bind_address.parse::<IpAddr>().is_err() {
             push(
                 "bindAddress",
@@ -187,6 +215,11 @@ impl KubeProxyConfiguration {
                 }
             }
         }
+    }
+
+    /// `showHiddenMetricsForVersion`, local traffic detection with its interface names, and
+    /// `hostnameOverride`.
+    fn check_node_and_detection(&self, push: &mut impl FnMut(&str, String)) {
         let v = &self.show_hidden_metrics_for_version;
         if !v.is_empty() {
             let ok = v
@@ -247,6 +280,10 @@ impl KubeProxyConfiguration {
         if !self.hostname_override.is_empty() && self.hostname_override.trim().is_empty() {
             push("hostnameOverride", "must not be only white space".into());
         }
+    }
+
+    /// `logging`.
+    fn check_logging(&self, push: &mut impl FnMut(&str, String)) {
         if !matches!(self.logging.format.as_str(), "" | "text" | "json") {
             push(
                 "logging.format",
@@ -269,11 +306,6 @@ impl KubeProxyConfiguration {
                     ),
                 );
             }
-        }
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::invalid(errs))
         }
     }
 
