@@ -15,6 +15,8 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+step "dependency checks (cargo deny: bans, licenses, sources; advisories when the RustSec database is reachable)"
+bash tests/deny.sh
 step "host tests"
 cargo test --workspace
 step "the libraries as packages (publish dry run, an outside consumer, the API check)"

@@ -26,3 +26,8 @@ fi
 if ! apt-cache depends linux-image-cloud-amd64 2>/dev/null | grep -q 'Depends: linux-image-'; then
     apt-get update -qq
 fi
+# cargo-deny, for tests/deny.sh: built from crates.io once, then kept in ~/.cargo/bin.
+if ! command -v cargo-deny >/dev/null; then
+    echo "setup: installing cargo-deny (cargo install --locked, a few minutes)" >&2
+    cargo install --locked --quiet cargo-deny --version 0.20.2
+fi

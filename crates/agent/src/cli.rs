@@ -59,6 +59,14 @@ pub struct Args {
     #[arg(long)]
     pub vip_binding: Option<String>,
 
+    /// Schedulers (lblc, lblcr) that a Service's scheduler annotation may name even when
+    /// their kernel module is not loaded: IPVS then loads it under its lock, which can hang
+    /// IPVS and every network namespace teardown on the node. Without it such a Service gets
+    /// --ipvs-scheduler, with a warning event; a module loaded when the agent starts is
+    /// allowed anyway. In the config file, `ipvs.allowedSchedulers`.
+    #[arg(long)]
+    pub ipvs_allowed_schedulers: Option<String>,
+
     /// Which proxy mode to use; only `ipvs` is implemented.
     #[arg(long)]
     pub proxy_mode: Option<String>,
@@ -244,7 +252,14 @@ fn from_matches(
     let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
     let kube_proxy = loaded.config;
     let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
-    let proxy = kube_proxy.to_proxy_config(&node_name)?;
+    let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
+    // A module already loaded costs nothing more to use; read once, at start.
+    proxy.allowed_schedulers.extend(
+        crate::model::scheduler::LOADED_UNDER_LOCK
+            .iter()
+            .filter(|s| crate::dataplane::modules::loaded(s))
+            .map(|s| s.to_string()),
+    );
     Ok(Settings {
         args: std::sync::Arc::new(args),
         kube_proxy,
@@ -316,6 +331,27 @@ mod tests {
             d.kube_proxy.sync_period(),
             std::time::Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn allowed_schedulers_come_from_the_flag_and_the_file() {
+        let s = try_settings(&["--ipvs-allowed-schedulers", "lblc,lblcr"]).unwrap();
+        assert!(s.proxy.allowed_schedulers.contains("lblc"));
+        assert!(s.proxy.allowed_schedulers.contains("lblcr"));
+        let err = try_settings(&["--ipvs-allowed-schedulers", "rr"])
+            .map(|_| ())
+            .unwrap_err();
+        assert!(err.contains("ipvs.allowedSchedulers[0]"), "{err}");
+        let file = std::env::temp_dir().join(format!("allowed-{}.yaml", std::process::id()));
+        std::fs::write(
+            &file,
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nipvs:\n  allowedSchedulers: [lblcr]\n",
+        )
+        .unwrap();
+        let s = try_settings(&["--config", file.to_str().unwrap()]).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert!(s.proxy.allowed_schedulers.contains("lblcr"));
+        assert_eq!(s.kube_proxy.ipvs.allowed_schedulers, ["lblcr"]);
     }
 
     #[test]

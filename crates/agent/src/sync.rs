@@ -37,6 +37,7 @@ use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Plan, plan_draining, plan_scoped};
 use crate::model::priority::priority_plan;
 use crate::model::rolling::{Part, READ_SHARE};
+use crate::model::scheduler::{self, Refusal};
 use crate::model::shadow::Shadow;
 
 pub use crate::model::drift::{DRIFT_KINDS, Drift};
@@ -91,6 +92,9 @@ pub struct Report {
     /// Virtual servers whose real servers this full sync did not read (a periodic pass reads
     /// one share of them; [`crate::model::rolling`]).
     pub unread: usize,
+    /// Services whose own scheduler was refused since the last sync (each also a warning):
+    /// one entry when a refusal starts, none while it lasts, for an event on the Service.
+    pub scheduler_refusals: Vec<Refusal>,
 }
 
 /// Runs syncs against a dataplane.
@@ -121,6 +125,8 @@ pub struct Syncer<D> {
     read_share: usize,
     /// Open connections per virtual server, as last read (none kept for idle ones).
     connections: BTreeMap<VsKey, u64>,
+    /// The Services' own schedulers refused at the last sync.
+    refused: BTreeSet<Refusal>,
 }
 
 /// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
@@ -144,6 +150,7 @@ impl<D: Dataplane> Syncer<D> {
             conntrack: None,
             incremental: None,
             settled: false,
+            refused: BTreeSet::new(),
             triggers: programming::TriggerTimes::new(std::time::SystemTime::now()),
             pass: 0,
             read_share: READ_SHARE,
@@ -166,6 +173,17 @@ impl<D: Dataplane> Syncer<D> {
     /// The dataplane (for tests and cleanup).
     pub fn dataplane(&mut self) -> &mut D {
         &mut self.dataplane
+    }
+
+    /// The refusals of Services' own schedulers in `cluster` that the last sync did not have,
+    /// so that each is logged and recorded once when it starts rather than at every sync.
+    fn new_refusals(&mut self, cluster: &Cluster) -> Vec<Refusal> {
+        let now: BTreeSet<Refusal> = scheduler::refusals(cluster, &self.config)
+            .into_iter()
+            .collect();
+        let new = now.difference(&self.refused).cloned().collect();
+        self.refused = now;
+        new
     }
 
     /// One sync of `cluster`, its desired state computed whole. With `full`, or when the last
@@ -336,6 +354,12 @@ impl<D: Dataplane> Syncer<D> {
             })
             .collect();
         let mut warnings = want.conflicts.clone();
+        let scheduler_refusals = self.new_refusals(cluster);
+        warnings.extend(
+            scheduler_refusals
+                .iter()
+                .map(|r| format!("Service {}: {r}", r.service)),
+        );
         warnings.extend(p.warnings.iter().cloned());
         warnings.extend(read_failed.iter().cloned());
         // Until the plan is known to be applied whole (an error leaves it half done).
@@ -439,6 +463,7 @@ impl<D: Dataplane> Syncer<D> {
             ipvs_connections,
             health_check_addresses,
             unread: unread.len(),
+            scheduler_refusals,
         })
     }
 
@@ -757,6 +782,68 @@ mod tests {
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c
+    }
+
+    #[tokio::test]
+    async fn a_refused_scheduler_is_programmed_as_the_nodes_and_reported_once_per_spell() {
+        let mut c = web(&["10.244.0.2"]);
+        let set = |c: &mut Cluster, sched: Option<&str>| {
+            let web = c.services.values_mut().next().unwrap();
+            Arc::make_mut(web).scheduler = sched.map(Into::into);
+        };
+        set(&mut c, Some("lblc"));
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        let r = s.sync(&c, true).await.unwrap();
+        let vs: Vec<_> = s.dataplane().state.services.values().collect();
+        assert_eq!(vs.len(), 1);
+        assert_eq!(vs[0].scheduler, "rr", "the node's scheduler, not lblc");
+        assert_eq!(r.scheduler_refusals.len(), 1);
+        assert_eq!(r.scheduler_refusals[0].asked, "lblc");
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("Service default/web: scheduler \"lblc\"")),
+            "{:?}",
+            r.warnings
+        );
+        // Still refused: not reported again.
+        let r = s.sync(&c, true).await.unwrap();
+        assert!(r.scheduler_refusals.is_empty() && r.warnings.is_empty());
+        // Ended (the annotation changed), then back: a new spell, reported again.
+        set(&mut c, Some("sh"));
+        let r = s.sync(&c, true).await.unwrap();
+        assert!(r.scheduler_refusals.is_empty());
+        assert_eq!(
+            s.dataplane()
+                .state
+                .services
+                .values()
+                .next()
+                .unwrap()
+                .scheduler,
+            "sh"
+        );
+        set(&mut c, Some("lblcr"));
+        let r = s.sync(&c, true).await.unwrap();
+        assert_eq!(r.scheduler_refusals.len(), 1);
+        // Allowed by the operator: programmed as asked.
+        let allowed = ProxyConfig {
+            allowed_schedulers: ["lblcr".to_string()].into(),
+            ..ProxyConfig::default()
+        };
+        let mut s = Syncer::new(Memory::default(), allowed);
+        let r = s.sync(&c, true).await.unwrap();
+        assert!(r.scheduler_refusals.is_empty());
+        assert_eq!(
+            s.dataplane()
+                .state
+                .services
+                .values()
+                .next()
+                .unwrap()
+                .scheduler,
+            "lblcr"
+        );
     }
 
     #[tokio::test]

@@ -80,7 +80,7 @@ fn the_corpus_as_json_lists_is_rejected_the_same_way() {
     // every YAML document that is an object becomes one item.
     let items: Vec<serde_json::Value> = corpus::text()
         .split("\n---\n")
-        .filter_map(|doc| serde_yaml::from_str::<serde_json::Value>(doc).ok())
+        .filter_map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).ok())
         .filter(serde_json::Value::is_object)
         .collect();
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});

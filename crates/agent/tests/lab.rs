@@ -13,17 +13,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lab::guest::{sh, try_sh};
-use lab::net::{ask_tcp, ask_udp, echo, open_tcp, within};
+use lab::net::{ask_tcp, ask_udp, ask_udp_from, echo, open_tcp, within};
 
 use node::*;
 
 #[test]
 fn cluster_ip_node_port_and_hairpin_carry_traffic() {
     let node = Node::new("traffic", 2);
-    node.write(
-        "web.yaml",
-        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
-    );
+    node.write("web.yaml", &web_service());
     node.once(&[]);
 
     // rr over two pods alternates, from outside the node...
@@ -45,14 +42,7 @@ fn cluster_ip_node_port_and_hairpin_carry_traffic() {
 #[test]
 fn kernel_objects_match_kube_proxy_with_the_real_tools() {
     let node = Node::new("objects", 2);
-    node.write(
-        "web.yaml",
-        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
-    );
-    node.write(
-        "dns.yaml",
-        &service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(1, "node-b")]),
-    );
+    node.write_web_and_dns();
     node.write(
         "sctp.yaml",
         &service(
@@ -801,37 +791,6 @@ fn a_removed_endpoint_drains_its_open_connection_then_goes() {
     let _ = agent.wait();
 }
 
-/// Sends one datagram from local port `source_port` to `addr` and waits up to `wait` for
-/// the answer: the same source port each time, so every call is one conntrack flow.
-///
-/// The bind is retried for a while on `EADDRINUSE`: a process another test thread is
-/// spawning holds a copy of every open descriptor, the previous call's socket included, until
-/// it executes its program (std's sockets are close-on-exec), and under emulation that can
-/// take a moment.
-fn ask_udp_from(source_port: u16, addr: SocketAddr, wait: Duration) -> Result<String, String> {
-    let bound = Instant::now();
-    let s = loop {
-        match std::net::UdpSocket::bind(("0.0.0.0", source_port)) {
-            Ok(s) => break s,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::AddrInUse
-                    && bound.elapsed() < Duration::from_secs(5) =>
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(format!("bind port {source_port}: {e}")),
-        }
-    };
-    s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
-    s.send_to(b"?", addr)
-        .map_err(|e| format!("send {addr}: {e}"))?;
-    let mut buf = [0u8; 1500];
-    let (n, _) = s
-        .recv_from(&mut buf)
-        .map_err(|e| format!("recv {addr}: {e}"))?;
-    Ok(String::from_utf8_lossy(&buf[..n]).trim().to_string())
-}
-
 #[test]
 fn a_udp_flow_moves_to_the_new_endpoint_at_once() {
     let node = Node::new("ctudp", 2);
@@ -1312,10 +1271,7 @@ fn vip_addresses() -> String {
 #[test]
 fn vip_routes_carry_cluster_ip_and_hairpin_traffic_without_addresses() {
     let node = Node::new("viproute", 2);
-    node.write(
-        "web.yaml",
-        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
-    );
+    node.write("web.yaml", &web_service());
     node.once(&["--vip-binding", "route"]);
 
     // The VIP is a local route through kube-ipvs0 (still down), not an address.

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
+use lab::guest::in_netns;
 use libipset::{Session, parse_restore};
 
 /// (set, type and options, share of the entries, entry generator)
@@ -104,23 +105,6 @@ fn input(total: u32) -> String {
         }
     }
     text
-}
-
-/// Runs `f` on a new thread in a fresh network namespace.
-fn in_netns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    std::thread::spawn(move || {
-        // SAFETY: unshare changes only the calling thread's namespaces.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(
-            rc,
-            0,
-            "unshare(CLONE_NEWNET) needs root: {}",
-            std::io::Error::last_os_error()
-        );
-        f()
-    })
-    .join()
-    .expect("benchmark thread panicked")
 }
 
 fn count_entries(text: &str) -> usize {

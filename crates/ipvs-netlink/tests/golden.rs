@@ -7,15 +7,18 @@
 //! sequence, port id) is kept in the vectors for the record; the library's message layer
 //! starts at the 4-byte `genlmsghdr` after it.
 
-use std::net::IpAddr;
+mod fixtures;
+
 use std::time::Duration;
 
 use ipvs_netlink::service::FlagsAttr;
 use ipvs_netlink::{
     AddressFamily, Command, Destination, DestinationAttr, ForwardMethod, Info, IpvsMessage,
-    MessageAttr, Netmask, Scheduler, Service, ServiceAttr, ServiceFlags, ServiceKey, Stats,
-    Timeouts, Tunnel, TunnelFlags, TunnelType, Version,
+    MessageAttr, Scheduler, Service, ServiceAttr, ServiceFlags, ServiceKey, Stats, Timeouts,
+    Tunnel, TunnelFlags, TunnelType, Version,
 };
+
+use fixtures::ip;
 
 /// Hex digits with whitespace; on each line, `|` starts an annotation.
 fn unhex(s: &str) -> Vec<u8> {
@@ -28,10 +31,6 @@ fn unhex(s: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
         .collect()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 /// The genl payload of a captured netlink message.
@@ -379,17 +378,8 @@ const ADD_FWMARK_SERVICE: &str = "
 
 #[test]
 fn add_ipv6_and_fwmark_service_requests() {
-    let v6 = Service::new(
-        ServiceKey::tcp(ip("2001:db8::1"), 80),
-        Scheduler::WeightedLeastConnection,
-    )
-    .persistent(Duration::from_secs(60))
-    .with_netmask(Netmask::V6(64));
-    let fw = Service::new(
-        ServiceKey::fwmark(AddressFamily::Inet, 7),
-        Scheduler::SourceHashing,
-    )
-    .with_flags(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT | ServiceFlags::ONE_PACKET);
+    let v6 = fixtures::v6_service();
+    let fw = fixtures::fwmark_service();
     for (hex, svc) in [(ADD_V6_SERVICE, v6), (ADD_FWMARK_SERVICE, fw)] {
         let bytes = unhex(hex);
         let got = IpvsMessage::parse_genl(genl(&bytes)).unwrap();

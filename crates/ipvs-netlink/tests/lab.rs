@@ -2,7 +2,8 @@
 //! (`cargo run -p lab -- test -p ipvs-netlink`). Each test owns a network namespace, so
 //! IPVS state starts empty; `ipvsadm` is the reference both ways.
 
-use std::net::IpAddr;
+mod fixtures;
+
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -11,6 +12,8 @@ use ipvs_netlink::{
     Service, ServiceFlags, ServiceKey, SyncDaemon, Timeouts, Tunnel, TunnelFlags, TunnelType,
 };
 use lab::guest::{Netns, sh, try_sh};
+
+use fixtures::ip;
 
 /// Serialises the tests of this binary. IPVS keeps every namespace's services in one hash
 /// table and its dumps count entries of all namespaces to resume (`++idx <= start` before
@@ -40,10 +43,6 @@ where
         let handle = ipvs_netlink::connect().await.expect("connect");
         f(handle).await
     });
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 /// Services ipvsadm makes, read back by the library: every scheduler, flag, protocol,
@@ -854,17 +853,8 @@ fn ipvsadm_requests_match_the_library_byte_for_byte() {
     let key = ServiceKey::tcp(ip("10.96.0.10"), 80);
     let mut b = Vec::new();
     let svc = Service::new(key, Scheduler::RoundRobin);
-    let v6 = Service::new(
-        ServiceKey::tcp(ip("2001:db8::1"), 80),
-        Scheduler::WeightedLeastConnection,
-    )
-    .persistent(Duration::from_secs(60))
-    .with_netmask(Netmask::V6(64));
-    let fw = Service::new(
-        ServiceKey::fwmark(AddressFamily::Inet, 7),
-        Scheduler::SourceHashing,
-    )
-    .with_flags(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT | ServiceFlags::ONE_PACKET);
+    let v6 = fixtures::v6_service();
+    let fw = fixtures::fwmark_service();
     let pod = Destination::new(ip("10.244.0.2"), 8080, ForwardMethod::Masquerade);
     let tun = Destination::new(ip("10.244.0.4"), 80, ForwardMethod::Tunnel)
         .with_weight(3)

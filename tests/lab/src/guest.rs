@@ -41,18 +41,37 @@ impl Netns {
     /// every destination as "not unicast" until it is).
     pub fn fresh() -> Netns {
         require_guest();
-        // SAFETY: unshare(2) with CLONE_NEWNET only changes the calling thread's namespace; it
-        // takes no pointers.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(
-            rc,
-            0,
-            "unshare(CLONE_NEWNET): {}",
-            std::io::Error::last_os_error()
-        );
+        unshare_net();
         sh("ip link set lo up");
         Netns { _private: () }
     }
+}
+
+/// Moves the calling thread into a new network namespace; panics with the reason (it needs
+/// `CAP_SYS_ADMIN`, root on the host or in the lab) when it cannot.
+pub fn unshare_net() {
+    // SAFETY: unshare(2) with CLONE_NEWNET only changes the calling thread's namespace; it
+    // takes no pointers.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+    assert_eq!(
+        rc,
+        0,
+        "unshare(CLONE_NEWNET) needs root: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Runs `body` on a new thread moved into a network namespace of its own and returns its
+/// result (a panic in `body` goes on in the caller). Processes started from that thread
+/// inherit the namespace. For tests and benchmarks on the host kernel as well as in the lab:
+/// it needs root, not the lab VM.
+pub fn in_netns<R: Send + 'static>(body: impl FnOnce() -> R + Send + 'static) -> R {
+    std::thread::spawn(move || {
+        unshare_net();
+        body()
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Runs `script` with `/bin/sh -c` and returns its standard output; panics with the command,

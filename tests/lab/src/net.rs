@@ -138,14 +138,36 @@ pub fn echo(conn: &mut BufReader<TcpStream>, line: &str) -> Result<String, Strin
 
 /// Sends one UDP datagram to `addr` and returns the answer (trimmed), or the error.
 pub fn ask_udp(addr: SocketAddr) -> Result<String, String> {
-    let bind: SocketAddr = if addr.is_ipv4() {
-        "0.0.0.0:0".parse().unwrap()
+    ask_udp_from(0, addr, Duration::from_secs(3))
+}
+
+/// Sends one datagram from local port `source_port` (0: any) to `addr` and waits up to `wait`
+/// for the answer: with a fixed port, every call is the same conntrack flow.
+///
+/// The bind is retried for a while on `EADDRINUSE`: a process another test thread is
+/// spawning holds a copy of every open descriptor, the previous call's socket included, until
+/// it executes its program (std's sockets are close-on-exec), and under emulation that can
+/// take a moment.
+pub fn ask_udp_from(source_port: u16, addr: SocketAddr, wait: Duration) -> Result<String, String> {
+    let any: std::net::IpAddr = if addr.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
     } else {
-        "[::]:0".parse().unwrap()
+        std::net::Ipv6Addr::UNSPECIFIED.into()
     };
-    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(3)))
-        .map_err(|e| e.to_string())?;
+    let bound = std::time::Instant::now();
+    let s = loop {
+        match UdpSocket::bind((any, source_port)) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && bound.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(format!("bind port {source_port}: {e}")),
+        }
+    };
+    s.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
     s.send_to(b"?", addr)
         .map_err(|e| format!("send {addr}: {e}"))?;
     let mut buf = [0u8; 1500];

@@ -136,9 +136,8 @@ pub struct Object {
 /// Parses a multi-document YAML string of Services and EndpointSlices.
 pub fn objects(yaml: &str) -> Result<Vec<Object>> {
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
-        let mut body: serde_json::Value =
-            serde_json::Value::deserialize(doc).with_context(|| format!("document {}", i + 1))?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).context("documents")?;
+    for (i, mut body) in docs.into_iter().enumerate() {
         if body.is_null() {
             continue;
         }
@@ -213,7 +212,7 @@ impl Scenario {
             }
         }
         if let Some(c) = &self.config {
-            let v: serde_yaml::Value = serde_yaml::from_str(c).context("config")?;
+            let v: serde_json::Value = serde_saphyr::from_str(c).context("config")?;
             if v.get("kind").and_then(|k| k.as_str()) != Some("KubeProxyConfiguration") {
                 bail!("config: not a KubeProxyConfiguration");
             }
@@ -250,7 +249,7 @@ pub fn load(path: &Path) -> Result<Scenario> {
 
 /// Parses and validates one scenario's YAML; `id` is its file stem.
 pub fn parse(id: &str, text: &str) -> Result<Scenario> {
-    let mut s: Scenario = serde_yaml::from_str(text)?;
+    let mut s: Scenario = serde_saphyr::from_str(text)?;
     s.id = id.to_string();
     s.validate()?;
     Ok(s)

@@ -96,15 +96,16 @@ fn common_args(
     ];
     if let Some(config) = &s.config {
         // A config file's fields win over flags in kube-proxy: the harness's own go into it.
-        let mut v: serde_yaml::Value = serde_yaml::from_str(config)?;
-        let m = v.as_mapping_mut().context("config is not a mapping")?;
-        let set = |m: &mut serde_yaml::Mapping, path: &[&str], value: serde_yaml::Value| {
+        let mut v: serde_json::Value = serde_saphyr::from_str(config)?;
+        let m = v.as_object_mut().context("config is not a mapping")?;
+        type Map = serde_json::Map<String, serde_json::Value>;
+        let set = |m: &mut Map, path: &[&str], value: serde_json::Value| {
             let mut cur = m;
             for k in &path[..path.len() - 1] {
                 let e = cur
-                    .entry((*k).into())
-                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()));
-                cur = e.as_mapping_mut().expect("mapping");
+                    .entry(*k)
+                    .or_insert_with(|| serde_json::Value::Object(Map::new()));
+                cur = e.as_object_mut().expect("mapping");
             }
             cur.insert(path[path.len() - 1].into(), value);
         };
@@ -119,7 +120,7 @@ fn common_args(
         set(m, &["metricsBindAddress"], "127.0.0.1:10249".into());
         set(m, &["conntrack", "maxPerCore"], 0.into());
         let path = dir.join(format!("{who}-config.yaml"));
-        std::fs::write(&path, serde_yaml::to_string(&v)?)?;
+        std::fs::write(&path, serde_saphyr::to_string(&v)?)?;
         args.push(format!("--config={}", path.display()));
     }
     args.extend(s.flags.iter().cloned());

@@ -333,19 +333,19 @@ mod tests {
 
     #[test]
     fn numbers_are_durations_only_where_go_allows_them() {
-        assert!(serde_yaml::from_str::<GoDuration>("30").is_err());
+        assert!(serde_saphyr::from_str::<GoDuration>("30").is_err());
         assert_eq!(
-            serde_yaml::from_str::<TimeOrDuration>("5000000000")
+            serde_saphyr::from_str::<TimeOrDuration>("5000000000")
                 .unwrap()
                 .0,
             GoDuration::from_secs(5)
         );
         assert_eq!(
-            serde_yaml::from_str::<TimeOrDuration>("5s").unwrap().0,
+            serde_saphyr::from_str::<TimeOrDuration>("5s").unwrap().0,
             GoDuration::from_secs(5)
         );
         assert_eq!(
-            serde_yaml::from_str::<GoDuration>("~").unwrap(),
+            serde_saphyr::from_str::<GoDuration>("~").unwrap(),
             GoDuration::ZERO
         );
     }

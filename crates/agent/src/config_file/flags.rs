@@ -169,6 +169,7 @@ impl KubeProxyConfiguration {
                     .map_err(|e: crate::model::config::BadVipBinding| e.to_string())?;
                 self.ipvs.vip_binding = Some(mode.to_string());
             }
+            "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
             "iptables-sync-period" => self.iptables.sync_period = dur(v)?,

@@ -1,6 +1,11 @@
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ipnet::IpNet;
 
 use super::*;
+use crate::model::cluster::Family;
+use crate::model::config::LocalDetector;
 
 const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
 
@@ -387,6 +392,64 @@ fn every_validation_error_names_its_field() {
 }
 
 #[test]
+fn hostile_interface_names_are_refused_naming_their_field() {
+    let hostile = [
+        ("\"cbr0 -j ACCEPT\"", "' '"),
+        ("\"cbr0\\n-A KUBE-FORWARD -j ACCEPT\"", "'\\n'"),
+        ("\"a-name-of-16-byt\"", "16 bytes"),
+        ("\"..\"", "not an interface name"),
+        ("\"veth+\"", "'+'"),
+        ("\"eth0:1\"", "':'"),
+    ];
+    for (mode, field, key) in [
+        (
+            "BridgeInterface",
+            "detectLocal.bridgeInterface",
+            "bridgeInterface",
+        ),
+        (
+            "InterfaceNamePrefix",
+            "detectLocal.interfaceNamePrefix",
+            "interfaceNamePrefix",
+        ),
+    ] {
+        for (value, says) in hostile {
+            let body = format!("detectLocalMode: {mode}\ndetectLocal:\n  {key}: {value}\n");
+            let err = load_text(&body).unwrap_err();
+            let hit = err.field_errors().iter().find(|e| e.field == field);
+            assert!(
+                hit.is_some_and(|e| e.message.contains(says)),
+                "{body:?}: expected {field}: ...{says}..., got: {err}"
+            );
+            // Checked in any mode: a name that is set is refused even before it is used.
+            let body = format!("detectLocal:\n  {key}: {value}\n");
+            assert!(load_text(&body).is_err(), "{body:?}");
+        }
+    }
+    // The same names through the flags, which set the same fields.
+    for (flag, field) in [
+        ("pod-bridge-interface", "detectLocal.bridgeInterface"),
+        (
+            "pod-interface-name-prefix",
+            "detectLocal.interfaceNamePrefix",
+        ),
+    ] {
+        let err = load(
+            None,
+            &FlagOverrides::new().with(flag, "cni0\n-j ACCEPT"),
+            Decoding::Strict,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(&format!("{field}: ")), "{err}");
+    }
+    // A prefix leaves room for iptables' `+`; good names pass.
+    let err = load_text("detectLocal:\n  interfaceNamePrefix: fifteen_bytes_x\n").unwrap_err();
+    assert!(err.to_string().contains("at most 14"), "{err}");
+    let ok = "detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: br-1a2b3c4d5e6f\n  interfaceNamePrefix: veth\n";
+    assert!(load_text(ok).is_ok());
+}
+
+#[test]
 fn nftables_is_validated_only_in_nftables_mode_and_then_refused() {
     assert!(load_text("nftables:\n  masqueradeBit: 40\n").is_ok());
     let err = error_text("mode: nftables\nnftables:\n  masqueradeBit: 40\n");
@@ -420,22 +483,15 @@ fn decode_errors_name_the_field_and_the_line() {
             "ipvs.syncPeriod: unknown unit",
         ),
         (
-            "iptables:\n  masqueradeBit: \"14\"\n",
-            "iptables.masqueradeBit: invalid type: string",
-        ),
-        (
             "ipvs:\n  strictARP: maybe\n",
-            "ipvs.strictARP: invalid type",
+            "ipvs.strictARP: invalid boolean",
         ),
         (
             "featureGates:\n  Foo: 1\n",
-            "featureGates.Foo: invalid type",
+            "featureGates.Foo: invalid boolean",
         ),
-        ("conntrack: [1]\n", "conntrack: invalid type: sequence"),
-        (
-            "ipvs:\n  scheduler: rr\n  scheduler: sh\n",
-            "duplicate field `scheduler`",
-        ),
+        ("conntrack: [1]\n", "conntrack: expected mapping"),
+        ("hostnameOverride: 12\n", "hostnameOverride: "),
     ];
     for (body, expected) in cases {
         let err = error_text(body);
@@ -443,6 +499,88 @@ fn decode_errors_name_the_field_and_the_line() {
         assert!(err.contains("line"), "{body:?}: no line in {err}");
     }
     assert!(error_text("ipvs: [").contains("line"));
+    // A quoted number where a number belongs: refused by the JSON step, named by its path.
+    let err = error_text("iptables:\n  masqueradeBit: \"14\"\n");
+    assert!(
+        err.starts_with("iptables.masqueradeBit: invalid type: string \"14\""),
+        "{err}"
+    );
+}
+
+/// What kube-proxy's decoder (`sigs.k8s.io/yaml`: YAML 1.1 to JSON, then Go's JSON) makes of
+/// scalars: YAML 1.1 booleans are booleans, and a bool or number where a string belongs is an
+/// error, not its text.
+#[test]
+fn scalars_are_read_as_kube_proxy_reads_them() {
+    for (spelling, value) in [
+        ("true", true),
+        ("True", true),
+        ("yes", true),
+        ("on", true),
+        ("y", true),
+        ("false", false),
+        ("no", false),
+        ("off", false),
+        ("n", false),
+    ] {
+        let c = load_text(&format!("ipvs:\n  strictARP: {spelling}\n"))
+            .unwrap_or_else(|e| panic!("{spelling}: {e}"))
+            .config;
+        assert_eq!(c.ipvs.strict_arp, value, "{spelling}");
+    }
+    // A string field given what YAML 1.1 reads as a bool or a number.
+    for body in [
+        "hostnameOverride: yes\n",
+        "hostnameOverride: on\n",
+        "hostnameOverride: 12\n",
+        "clusterCIDR: 10\n",
+        "showHiddenMetricsForVersion: 1.33\n",
+    ] {
+        let err = error_text(body);
+        let field = body.split(':').next().unwrap();
+        assert!(err.starts_with(&format!("{field}: ")), "{body:?}: {err}");
+    }
+    // Quoted, they are strings.
+    let c = load_text("hostnameOverride: \"yes\"\nshowHiddenMetricsForVersion: \"1.33\"\n")
+        .unwrap()
+        .config;
+    assert_eq!(c.hostname_override, "yes");
+    assert_eq!(c.show_hidden_metrics_for_version, "1.33");
+    // Numbers where numbers belong; a quoted number is a string, which Go's JSON refuses.
+    let c = load_text("iptables:\n  masqueradeBit: 13\nclientConnection:\n  qps: 2.5\n")
+        .unwrap()
+        .config;
+    assert_eq!(c.iptables.masquerade_bit, Some(13));
+    assert_eq!(c.client_connection.qps, 2.5);
+    assert!(error_text("iptables:\n  masqueradeBit: \"13\"\n").contains("iptables.masqueradeBit"));
+    assert!(error_text("iptables:\n  masqueradeBit: 13.5\n").contains("iptables.masqueradeBit"));
+    // A bool where a number belongs, and a number where a bool belongs.
+    assert!(error_text("oomScoreAdj: yes\n").contains("oomScoreAdj"));
+    assert!(error_text("ipvs:\n  strictARP: 1\n").contains("ipvs.strictARP"));
+}
+
+/// kube-proxy decodes strictly first, where a repeated key is an error, and then leniently,
+/// where YAML 1.1's maps keep the last value, with a logged warning.
+#[test]
+fn a_repeated_key_takes_its_last_value_leniently_and_is_refused_strictly() {
+    let body = "ipvs:\n  scheduler: rr\n  scheduler: sh\n";
+    let loaded = load_text(body).unwrap();
+    assert_eq!(loaded.config.ipvs.scheduler, "sh");
+    let warning = loaded
+        .warnings
+        .iter()
+        .find(|w| w.contains("the last value is used"))
+        .unwrap_or_else(|| panic!("no warning in {:?}", loaded.warnings));
+    assert!(warning.contains("scheduler"), "{warning}");
+    let text = format!("{HEAD}{body}");
+    let err = KubeProxyConfiguration::from_text(&text, Decoding::Strict).unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err:?}");
+    assert!(err.to_string().contains("scheduler"), "{err}");
+    // At the top level too.
+    let text = format!("{HEAD}mode: ipvs\nmode: \"\"\n");
+    let (c, warnings) = KubeProxyConfiguration::from_text(&text, Decoding::Lenient).unwrap();
+    assert_eq!(c.mode, "");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
 }
 
 #[test]
@@ -586,6 +724,7 @@ fn the_field_table_covers_every_field_once() {
     full.logging.vmodule.push(VModule::default());
     full.ipvs.graceful_termination_timeout = Some(GoDuration::from_secs(60));
     full.ipvs.vip_binding = Some("route".into());
+    full.ipvs.allowed_schedulers = vec!["lblc".into()];
     let mut paths = BTreeSet::new();
     leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
     paths.remove("featureGates.X");
@@ -667,6 +806,23 @@ showHiddenMetricsForVersion: \"1.33\"
     let (back, _) =
         KubeProxyConfiguration::from_text(&d.to_yaml().unwrap(), Decoding::Strict).unwrap();
     assert_eq!(back, d);
+}
+
+#[test]
+fn a_failed_write_config_to_is_a_write_error_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+    let path = dir.join("config.yaml");
+    let e = KubeProxyConfiguration::defaults()
+        .write_to(&path)
+        .unwrap_err();
+    assert!(matches!(e, Error::Write { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("cannot write the configuration to "),
+        "{text}"
+    );
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(!text.contains("cannot read"), "{text}");
 }
 
 #[test]

@@ -20,7 +20,22 @@ use std::sync::Mutex;
 use tracing::{info, warn};
 
 /// Schedulers whose module registers per-namespace state when it loads.
-pub const LOAD_FIRST: &[&str] = &["lblc", "lblcr"];
+pub const LOAD_FIRST: &[&str] = crate::model::scheduler::LOADED_UNDER_LOCK;
+
+/// Whether the module of IPVS scheduler `scheduler` is loaded (or built in): `/sys/module`
+/// lists both, `/proc/modules` the loaded ones when `/sys` is not mounted.
+pub fn loaded(scheduler: &str) -> bool {
+    let module = module_of(scheduler);
+    Path::new("/sys/module").join(&module).exists()
+        || std::fs::read_to_string("/proc/modules").is_ok_and(|m| listed(&m, &module))
+}
+
+/// Whether `/proc/modules` text `modules` lists `module`.
+fn listed(modules: &str, module: &str) -> bool {
+    modules
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(module))
+}
 
 /// The kernel module of IPVS scheduler `scheduler`.
 fn module_of(scheduler: &str) -> String {
@@ -94,6 +109,14 @@ mod tests {
         }
         assert_eq!(p.claim("lblc").as_deref(), Some("ip_vs_lblc"));
         assert_eq!(p.claim("lblcr").as_deref(), Some("ip_vs_lblcr"));
+    }
+
+    #[test]
+    fn a_module_is_listed_by_its_whole_name() {
+        let text = "ip_vs_lblcr 16384 0 - Live 0x0\nip_vs 184320 2 ip_vs_lblcr, Live 0x0\n";
+        assert!(listed(text, "ip_vs_lblcr"));
+        assert!(!listed(text, "ip_vs_lblc"));
+        assert!(listed(text, "ip_vs"));
     }
 
     #[test]

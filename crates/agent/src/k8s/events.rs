@@ -1,6 +1,7 @@
 //! Events the agent records, as kube-proxy does: `Starting` on its Node, and
 //! `FailedToStartServiceHealthcheck` on a Service whose health-check node port cannot be
-//! bound.
+//! bound; and one of the agent's own, `SchedulerRefused`, on a Service whose scheduler
+//! annotation names a scheduler IPVS would load under its lock (`model::scheduler`).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -10,6 +11,7 @@ use kube::api::PostParams;
 use tracing::{debug, warn};
 
 use crate::model::cluster::ServiceRef;
+use crate::model::scheduler::Refusal;
 
 /// The reporting controller named in the agent's events.
 pub const CONTROLLER: &str = "kube-proxy-ipvs";
@@ -35,16 +37,31 @@ pub fn node_starting(node: &str) -> Event {
 pub fn health_check_failed(node: &str, service: &ServiceRef, port: u16, error: &str) -> Event {
     event(
         node,
-        ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
-            namespace: Some(service.namespace.clone()),
-            name: Some(service.name.clone()),
-            ..ObjectReference::default()
-        },
+        service_reference(service),
         ("Warning", "FailedToStartServiceHealthcheck", "Listen"),
         format!("node {node} failed to start healthcheck \"{service}\" on port {port}: {error}"),
     )
+}
+
+/// The warning on a Service whose own scheduler was refused, saying which scheduler it got
+/// instead and how the operator can allow it.
+pub fn scheduler_refused(node: &str, refusal: &Refusal) -> Event {
+    event(
+        node,
+        service_reference(&refusal.service),
+        ("Warning", "SchedulerRefused", "Sync"),
+        format!("node {node}: {refusal}"),
+    )
+}
+
+fn service_reference(service: &ServiceRef) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: Some(service.namespace.clone()),
+        name: Some(service.name.clone()),
+        ..ObjectReference::default()
+    }
 }
 
 /// An event about `regarding`, in its namespace (`default` for cluster-scoped objects).
@@ -126,6 +143,34 @@ mod tests {
         assert_eq!(
             node_starting("node-a").metadata.namespace.as_deref(),
             Some("default")
+        );
+    }
+
+    #[test]
+    fn the_scheduler_refusal_event_says_what_the_service_got_instead() {
+        let refusal = Refusal {
+            service: ServiceRef::new("shop", "cart"),
+            asked: "lblc".into(),
+            instead: "rr".into(),
+        };
+        let e = scheduler_refused("node-a", &refusal);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("SchedulerRefused"));
+        let note = e.note.unwrap();
+        assert!(
+            note.starts_with("node node-a: scheduler \"lblc\""),
+            "{note}"
+        );
+        assert!(note.contains("scheduler \"rr\" instead"), "{note}");
+        assert!(
+            note.len() <= 1024,
+            "an event's note is at most 1 kB: {note}"
+        );
+        let r = e.regarding.unwrap();
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
+            (Some("Service"), Some("shop"), Some("cart"))
         );
     }
 }

@@ -1,5 +1,6 @@
 //! The part of the configuration that shapes the desired kernel state.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -64,6 +65,11 @@ pub struct ProxyConfig {
     /// `--vip-binding`: how the kernel edge binds the VIPs on `kube-ipvs0`. The desired state
     /// does not depend on it (its `addresses` are the VIPs either way).
     pub vip_binding: VipBinding,
+    /// Schedulers of [`LOADED_UNDER_LOCK`](super::scheduler::LOADED_UNDER_LOCK) that a
+    /// Service's annotation may name: those the operator allowed
+    /// (`--ipvs-allowed-schedulers`) and those whose module was loaded when the agent
+    /// started. Any other scheduler is always allowed.
+    pub allowed_schedulers: BTreeSet<String>,
 }
 
 /// How the VIPs are made local to the node (`--vip-binding`, `ipvs.vipBinding`).
@@ -137,6 +143,7 @@ impl Default for ProxyConfig {
             prefer_same_node: true,
             kernel_version: None,
             vip_binding: VipBinding::Address,
+            allowed_schedulers: BTreeSet::new(),
         }
     }
 }

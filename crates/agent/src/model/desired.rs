@@ -385,10 +385,8 @@ impl<'a> Builder<'a> {
             }
             return;
         }
-        let scheduler = service
-            .scheduler
-            .clone()
-            .unwrap_or_else(|| self.config.scheduler.clone());
+        // A refused annotation is reported once per sync by the syncer, not per virtual server.
+        let (scheduler, _) = super::scheduler::resolve(service, self.config);
         // `mh` hashes the port too (kube-proxy B24). `sh` and `mh` skip weight-0 (draining)
         // real servers only with the fallback flag; without it a client hashed to one gets no
         // real server at all (kube-proxy B23).

@@ -16,6 +16,7 @@ pub mod op_kind;
 pub mod plan;
 pub mod priority;
 pub mod rolling;
+pub mod scheduler;
 pub mod sets;
 pub mod shadow;
 

@@ -250,7 +250,7 @@ impl<'a> Loader<'a> {
                 line,
                 items: Vec::new(),
             };
-            match serde_yaml::from_str::<Value>(doc) {
+            match serde_saphyr::from_str::<Value>(doc) {
                 Ok(Value::Null) => {}
                 Ok(value) => self.value(&origin, value, None),
                 Err(e) => self.reject(origin.to_string(), format!("invalid YAML: {e}")),

@@ -60,6 +60,13 @@ impl Node {
         std::fs::write(self.dir.join(file), yaml).unwrap();
     }
 
+    /// Writes the standard web and DNS Services ([`web_service`], [`dns_service`]) as
+    /// `web.yaml` and `dns.yaml`.
+    pub fn write_web_and_dns(&self) {
+        self.write("web.yaml", &web_service());
+        self.write("dns.yaml", &dns_service());
+    }
+
     pub fn remove(&self, file: &str) {
         std::fs::remove_file(self.dir.join(file)).unwrap();
     }
@@ -108,6 +115,17 @@ impl Node {
         let addr: SocketAddr = addr.parse().unwrap();
         within(&self.pods[pod].ns, move || ask_tcp(addr))
     }
+}
+
+/// The standard web Service: NodePort 30080 on 10.96.0.10:80, to 8080 on pod 0 (node-a) and
+/// pod 1 (node-b).
+pub fn web_service() -> String {
+    node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")])
+}
+
+/// The standard DNS Service: 10.96.0.53:53/UDP, to 5353 on pod 1 (node-b).
+pub fn dns_service() -> String {
+    service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(1, "node-b")])
 }
 
 /// A Service and its EndpointSlice, as YAML. `endpoints` are (pod index, node name).

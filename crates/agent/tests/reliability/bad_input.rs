@@ -19,14 +19,8 @@ use crate::node::*;
 mod corpus;
 
 fn good(node: &Node) {
-    node.write(
-        "good-web.yaml",
-        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
-    );
-    node.write(
-        "good-dns.yaml",
-        &service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(1, "node-b")]),
-    );
+    node.write("good-web.yaml", &web_service());
+    node.write("good-dns.yaml", &dns_service());
     node.write(
         "good-api.yaml",
         &service("api", "10.96.0.20", "", "TCP", 443, 8080, &[(0, "node-a")]),

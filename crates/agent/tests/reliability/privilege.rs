@@ -132,14 +132,7 @@ fn traffic(node: &Node) -> (usize, usize) {
 }
 
 fn services(node: &Node) {
-    node.write(
-        "web.yaml",
-        &node_port_service("web", "10.96.0.10", 30080, &[(0, "node-a"), (1, "node-b")]),
-    );
-    node.write(
-        "dns.yaml",
-        &service("dns", "10.96.0.53", "", "UDP", 53, 5353, &[(1, "node-b")]),
-    );
+    node.write_web_and_dns();
     node.write(
         "ovf.yaml",
         &service("ovf", "10.96.0.12", "", "TCP", 80, 8080, &[(0, "node-a")]).replacen(

@@ -405,3 +405,67 @@ fn the_lblc_module_is_loaded_by_the_agent_before_ipvs_needs_it() {
         took.as_secs_f64()
     ));
 }
+
+/// A tenant's Service annotated with `lblc`, its module unloaded: IPVS would load it under its
+/// lock (the hang above), so the agent refuses the annotation, serves the Service with the
+/// node's scheduler, says why, and leaves the module unloaded. Allowed by the operator
+/// (`--ipvs-allowed-schedulers`), the same Service gets `lblc`.
+#[test]
+fn a_services_lblc_annotation_is_refused_unless_the_operator_allows_it() {
+    let _modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut row = Row::new(
+        "kernel hazard",
+        "a Service annotated lblc, its module not loaded",
+    );
+    let node = Node::new("lblcannot", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]).replacen(
+            "metadata: {name: web, namespace: t}",
+            "metadata: {name: web, namespace: t, annotations: {kube-proxy-ipvs.io/scheduler: lblc}}",
+            1,
+        ),
+    );
+    let _ = try_sh("modprobe -r ip_vs_lblc");
+    assert!(
+        !Path::new("/sys/module/ip_vs_lblc").exists(),
+        "ip_vs_lblc is in use: the test cannot unload it"
+    );
+    let run = |extra: &[&str]| {
+        let out = node
+            .command(&[&["--once"], extra].concat())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run the agent");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "agent failed: {log}");
+        log
+    };
+
+    let log = run(&[]);
+    let saved = sh("ipvsadm -Sn");
+    assert!(
+        saved.contains("-A -t 10.96.0.10:80 -s rr"),
+        "not served with the node's scheduler:\n{saved}"
+    );
+    assert!(
+        log.contains("Service t/web: scheduler \"lblc\"")
+            && log.contains("--ipvs-allowed-schedulers"),
+        "the refusal is not logged with its remedy:\n{log}"
+    );
+    assert!(
+        !Path::new("/sys/module/ip_vs_lblc").exists(),
+        "ip_vs_lblc was loaded for a refused annotation"
+    );
+
+    crate::node::cleanup();
+    let log = run(&["--ipvs-allowed-schedulers", "lblc"]);
+    let saved = sh("ipvsadm -Sn");
+    assert!(
+        saved.contains("-A -t 10.96.0.10:80 -s lblc"),
+        "allowed, the Service does not get lblc:\n{saved}\n{log}"
+    );
+    row.tried("kube-proxy-ipvs.io/scheduler: lblc, ip_vs_lblc unloaded; then allowed by flag");
+    row.lost("none: served with rr and the refusal logged, module left unloaded; allowed, lblc");
+}

@@ -4,24 +4,9 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-/// Runs `body` on a new thread moved into a network namespace of its own (ipsets are per
-/// namespace), so tests run in parallel without seeing each other's sets. Child processes
-/// started from that thread (the `ipset` tool) inherit the namespace.
-pub fn in_netns<R: Send + 'static>(body: impl FnOnce() -> R + Send + 'static) -> R {
-    std::thread::spawn(move || {
-        // SAFETY: unshare only changes the calling thread's namespaces; no memory is involved.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(
-            rc,
-            0,
-            "unshare(CLONE_NEWNET) needs root: {}",
-            std::io::Error::last_os_error()
-        );
-        body()
-    })
-    .join()
-    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
+/// A fresh network namespace per test (ipsets are per namespace), so tests run in parallel
+/// without seeing each other's sets; the `ipset` tool started inside inherits it.
+pub use lab::guest::in_netns;
 
 /// Runs the `ipset` tool with `args` and `stdin`, asserting success; returns stdout.
 pub fn ipset_tool(args: &[&str], stdin: &str) -> String {

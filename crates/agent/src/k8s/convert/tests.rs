@@ -1,7 +1,7 @@
 use super::*;
 
 fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(yaml: &str) -> T {
-    match serde_yaml::from_str(yaml) {
+    match serde_saphyr::from_str(yaml) {
         Ok(v) => v,
         Err(e) => panic!("fixture does not parse: {e}\n{yaml}"),
     }

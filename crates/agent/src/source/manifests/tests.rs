@@ -203,10 +203,10 @@ items:
   endpoints: [{{addresses: [10.244.0.9]}}]
 ",
         serde_json::to_string(
-            &serde_yaml::from_str::<Value>(&service_doc("a", "10.96.0.1", "80")).unwrap()
+            &serde_saphyr::from_str::<Value>(&service_doc("a", "10.96.0.1", "80")).unwrap()
         )
         .unwrap(),
-        serde_json::to_string(&serde_yaml::from_str::<Value>(SLICE).unwrap()).unwrap(),
+        serde_json::to_string(&serde_saphyr::from_str::<Value>(SLICE).unwrap()).unwrap(),
     );
     let loaded = load_str("list.yaml", &text, "node-a");
     assert_eq!(names(&loaded), ["shop/a", "shop/typed"]);
@@ -252,7 +252,7 @@ fn a_directory_is_read_in_name_order() {
     dir.write("b-services.yml", &service_doc("web", "10.96.0.2", "80"));
     dir.write("a-services.yaml", &service_doc("web", "10.96.0.1", "80"));
     dir.write("c-slice.json", &{
-        let v: Value = serde_yaml::from_str(SLICE).unwrap();
+        let v: Value = serde_saphyr::from_str(SLICE).unwrap();
         serde_json::to_string_pretty(&v).unwrap()
     });
     dir.write("d-nodes.yaml", NODES);
