@@ -244,11 +244,18 @@ pub fn parse_save(table: &str, text: &str, seen: &mut Seen) {
     }
 }
 
-/// Runs `iptables-restore --noflush` with `input`.
+/// How long `iptables-restore` waits for the xtables lock, and how often it tries, as
+/// kube-proxy bounds it (`-w 5 -W 100000`): a lock another program keeps longer fails this
+/// write, which the next sync retries, instead of stalling the sync loop for as long as the
+/// lock is held. (iptables-nft takes no lock and ignores both.)
+pub const RESTORE_WAIT: [&str; 4] = ["-w", "5", "-W", "100000"];
+
+/// Runs `iptables-restore --noflush` with `input`, waiting at most 5 s for the xtables lock.
 pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Error> {
     let tool = backend.tool(family, "restore");
     let mut child = super::child::dies_with_agent(&mut Command::new(&tool))
-        .args(["--noflush", "--wait"])
+        .arg("--noflush")
+        .args(RESTORE_WAIT)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

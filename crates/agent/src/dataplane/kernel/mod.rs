@@ -7,6 +7,11 @@
 //! - `ipvs`, `sets`, `addresses`: one kernel object each, read and changed, with the
 //!   conversions between the model and its library.
 //! - `worker`: work on a thread of its own while the plan goes on.
+//!
+//! Nothing here blocks the runtime's threads, which also serve `/healthz` and the
+//! health-check node ports: programs (`iptables-restore`, which may wait for the xtables
+//! lock, `iptables-save`), libipset and `/proc/sys` run on tokio's blocking pool
+//! (`blocking`) or on a worker thread.
 
 mod addresses;
 mod ipvs;
@@ -36,6 +41,18 @@ use crate::model::kernel::{KernelState, LINK_NAME, VsKey};
 use crate::model::plan::{Op, Plan};
 
 pub use self::addresses::Rebound;
+
+/// Runs `work` on tokio's blocking pool (whose threads inherit the network namespace of the
+/// thread that starts them, as worker threads do) and waits for it without blocking the
+/// runtime. A panic in `work` is the `what` worker stopping.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| Error::WorkerStopped(what))
+}
 
 /// The real kernel.
 pub struct Kernel {
@@ -69,7 +86,7 @@ impl Kernel {
             .map_err(|e| ipvs_error("connect to IPVS", e))?;
         let dumpers = ipvs::connect_sockets().await?;
         let links = Links::connect()?;
-        let backend = Backend::detect()?;
+        let backend = blocking("iptables", Backend::detect).await??;
         debug!(?backend, "iptables backend");
         Ok(Kernel {
             ipvs,
@@ -125,7 +142,7 @@ impl Kernel {
     async fn run(&mut self, route: Route, ops: &[(usize, &Op)], applied: &mut Applied) {
         match route {
             Route::Ipvs => self.apply_ipvs(ops, applied).await,
-            Route::Sets => self.apply_sets(ops, applied),
+            Route::Sets => self.apply_sets(ops, applied).await,
             Route::Addresses => self.apply_addresses(ops, applied).await,
             Route::One => {
                 for (i, op) in ops {
@@ -168,22 +185,38 @@ impl Kernel {
                 self.link_index = Some(self.links.create_dummy(LINK_NAME).await?);
                 Ok(())
             }
-            Op::SetSysctl { key, value } => sysctl::write(key, value),
+            Op::SetSysctl { key, value } => {
+                let (key, value) = (key.clone(), value.clone());
+                blocking("sysctl", move || sysctl::write(&key, &value)).await?
+            }
             Op::WriteRules {
                 family,
                 rules,
                 missing_jumps,
             } => {
-                iptables::restore(self.backend, *family, &restore_input(rules, missing_jumps))?;
-                // Remember how the backend prints what we wrote, to tell drift from quirks.
-                let seen = iptables::read(self.backend, *family)?;
-                self.written.record(*family, (**rules).clone(), &seen);
+                let (backend, family) = (self.backend, *family);
+                let input = restore_input(rules, missing_jumps);
+                // Read back at once: remember how the backend prints what we wrote, to tell
+                // drift from quirks.
+                let seen = blocking("iptables", move || {
+                    iptables::restore(backend, family, &input)?;
+                    iptables::read(backend, family)
+                })
+                .await??;
+                self.written.record(family, (**rules).clone(), &seen);
                 Ok(())
             }
             Op::RemoveRules { family, rules } => {
-                iptables::restore(self.backend, *family, &removal_input(rules))
+                let (backend, family, input) = (self.backend, *family, removal_input(rules));
+                blocking("iptables", move || {
+                    iptables::restore(backend, family, &input)
+                })
+                .await?
             }
-            Op::DestroySet(name) => sets::destroy(name),
+            Op::DestroySet(name) => {
+                let name = name.clone();
+                blocking("sets", move || sets::destroy(&name)).await?
+            }
             Op::DeleteLink => {
                 // The kernel deletes the routes through the link with it; bridges left on
                 // `lo` by a switch cut short go too.
@@ -239,15 +272,17 @@ impl Dataplane for Kernel {
         state.services = self.observe_services().await?;
         debug!(services = state.services.len(), elapsed = ?t.elapsed(), "observed IPVS");
         let t = Instant::now();
-        state.sets = self.observe_sets()?;
+        state.sets = self.observe_sets().await?;
         debug!(elapsed = ?t.elapsed(), "observed sets");
-        for family in &self.families {
-            let seen = iptables::read(self.backend, *family)?;
+        for family in self.families.clone() {
+            let backend = self.backend;
+            let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
             state
                 .rules
-                .insert(*family, self.written.observed(*family, &seen));
+                .insert(family, self.written.observed(family, &seen));
         }
-        state.sysctls = sysctl::read(&self.sysctl_keys);
+        let keys = self.sysctl_keys.clone();
+        state.sysctls = blocking("sysctl", move || sysctl::read(&keys)).await?;
         Ok(Observation { state, host })
     }
 
