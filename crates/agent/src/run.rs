@@ -201,7 +201,7 @@ async fn prepare_kernel(settings: &Settings) -> anyhow::Result<(Kernel, ProxyCon
     if let Err(e) = probe_scheduler(&kernel, &config.scheduler).await {
         // A name the kernel's tree does not have is a configuration error; a known scheduler
         // whose module is missing may come back (a module installed, a kernel package
-        // fixed): the daemon stays up, retries with backoff and says so on /healthz.
+        // fixed): the daemon stays up, retries with backoff, and /healthz is 503 meanwhile.
         let known = !matches!(
             ipvs_netlink::Scheduler::from_name(&config.scheduler),
             ipvs_netlink::Scheduler::Other(_)

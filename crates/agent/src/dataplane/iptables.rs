@@ -250,6 +250,9 @@ pub fn parse_save(table: &str, text: &str, seen: &mut Seen) {
 /// lock is held. (iptables-nft takes no lock and ignores both.)
 pub const RESTORE_WAIT: [&str; 4] = ["-w", "5", "-W", "100000"];
 
+/// iptables' exit status when its wait for the xtables lock ran out (`RESOURCE_PROBLEM`).
+const LOCK_WAIT_RAN_OUT: i32 = 4;
+
 /// Runs `iptables-restore --noflush` with `input`, waiting at most 5 s for the xtables lock.
 pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Error> {
     let tool = backend.tool(family, "restore");
@@ -278,9 +281,16 @@ pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Erro
         source: e,
     })?;
     if !out.status.success() {
+        let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if out.status.code() == Some(LOCK_WAIT_RAN_OUT) {
+            return Err(Error::XtablesLocked {
+                program: tool,
+                message,
+            });
+        }
         return Err(Error::Tool {
             program: tool,
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            message,
         });
     }
     Ok(())
