@@ -10,8 +10,9 @@ use kube_proxy_ipvs_agent::web::Request;
 fn probe(kind: &str) -> Option<(String, u64)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/daemonset.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/daemonset.yaml");
-    let daemonset: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
-    let containers = daemonset["spec"]["template"]["spec"]["containers"].as_sequence()?;
+    // Into JSON values, so that only this call names the YAML library.
+    let daemonset: serde_json::Value = serde_yaml::from_str(&text).expect("YAML");
+    let containers = daemonset["spec"]["template"]["spec"]["containers"].as_array()?;
     let agent = containers
         .iter()
         .find(|c| c["name"].as_str() == Some("kube-proxy-ipvs"))?;
