@@ -30,7 +30,11 @@ fn the_lock_wait_is_bounded_and_its_end_is_its_own_error() {
     )
     .unwrap();
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     // SAFETY: this test is the only one of its binary, and no other thread of it reads or
     // writes the environment.
     unsafe { std::env::set_var("PATH", path) };
