@@ -337,3 +337,34 @@ impl Dataplane for Kernel {
         Ok(super::conntrack::clean(filter.clone()).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::web::{self, Request, Response};
+
+    /// On a runtime of one thread, as the agent's tasks would share one: work that waits (a
+    /// stand-in for `iptables-restore` waiting for the xtables lock) leaves a server on the
+    /// same runtime answering at once.
+    #[tokio::test]
+    async fn blocking_work_leaves_the_runtime_free_to_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler: Arc<dyn web::Handler> =
+            Arc::new(|_: &Request| Response::new(200, "text/plain", "ok"));
+        let server = tokio::spawn(web::serve(listener, handler, web::Limits::default()));
+        let work = tokio::spawn(super::blocking("test", || {
+            std::thread::sleep(Duration::from_secs(2))
+        }));
+        tokio::task::yield_now().await;
+        let t = std::time::Instant::now();
+        let (status, _, _) = web::get(addr, "/healthz").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(!work.is_finished());
+        work.await.unwrap().unwrap();
+        server.abort();
+    }
+}
