@@ -488,8 +488,15 @@ fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
     }
     let (code, body) = http_get("127.0.0.1:10256", "/livez");
     assert_eq!(code, 200, "{body}");
-    // Programmed: ready.
-    assert_eq!(http_get("127.0.0.1:10256", "/readyz"), (200, "ok".into()));
+    // Programmed: ready once the sync that programmed it has reported.
+    let ready = Instant::now();
+    while try_http_get("127.0.0.1:10256", "/readyz").ok() != Some((200, "ok".into())) {
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "/readyz is not 200 after the first sync"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (code, metrics) = http_get("127.0.0.1:10249", "/metrics");
     assert_eq!(code, 200);
     for name in [
