@@ -6,10 +6,13 @@
 //! since; a family is unhealthy once a queued sync has waited `2 × ipvs.syncPeriod`.
 //! `/healthz` also needs the node to be eligible (not being deleted, no cluster-autoscaler
 //! `ToBeDeletedByClusterAutoscaler` taint). [`Health`] shares it between the sync loop and
-//! the servers; [`serve`] answers the two paths; [`ServiceHealthServers`] keeps one listener
-//! per `healthCheckNodePort`.
-
-pub mod http;
+//! the servers; [`serve`] answers the three paths (`/readyz`, the agent's own, turns ready
+//! after the first complete sync); [`ServiceHealthServers`] keeps one listener per
+//! `healthCheckNodePort`.
+//!
+//! The port is public (`0.0.0.0:10256` by default), so it answers with kube-proxy's bodies and
+//! nothing else: why the agent is unhealthy goes to the log and to `/metrics`, never to
+//! whoever asks.
 
 use std::collections::BTreeMap;
 #[cfg(test)]
@@ -24,7 +27,9 @@ use crate::metrics::Metrics;
 use crate::model::cluster::{Family, ServiceRef};
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::endpoints::HealthCheck;
-use http::{Request, Response};
+use crate::model::plan::Op;
+use crate::sync::Report;
+use crate::web::{self, Request, Response};
 
 /// The taint the cluster autoscaler puts on a node it is about to delete.
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -37,6 +42,8 @@ pub struct ProxyHealth {
     oldest_queued: BTreeMap<Family, SystemTime>,
     node_eligible: bool,
     blocked: Option<String>,
+    /// A complete sync has programmed the node (see [`ProxyHealth::synced_completely`]).
+    ready: bool,
 }
 
 /// One health verdict.
@@ -59,6 +66,7 @@ impl ProxyHealth {
             oldest_queued: BTreeMap::new(),
             node_eligible: true,
             blocked: None,
+            ready: false,
         }
     }
 
@@ -79,9 +87,15 @@ impl ProxyHealth {
         self.node_eligible = !deleting && !taint_keys.contains(&TO_BE_DELETED_TAINT);
     }
 
+    /// A sync that read the kernel and wrote the rules has run, over the source's complete
+    /// list: from now on `/readyz` is 200 (while the kernel can be programmed).
+    pub fn synced_completely(&mut self) {
+        self.ready = true;
+    }
+
     /// The sync loop cannot program the kernel at all (`Some(why)`), or can again (`None`).
-    /// While it cannot, the proxy is unhealthy at once, whatever the timeout, and the
-    /// `/healthz` and `/livez` bodies carry the reason as `"error"`.
+    /// While it cannot, the proxy is unhealthy at once, whatever the timeout. The reason is
+    /// kept for the agent's own use (the log, `/metrics`); the bodies never show it.
     pub fn set_blocked(&mut self, reason: Option<&str>) {
         self.blocked = reason.map(str::to_string);
     }
@@ -134,11 +148,10 @@ impl ProxyHealth {
         (
             if healthy { 200 } else { 503 },
             format!(
-                "{{\"lastUpdated\": {},\"currentTime\": {}, \"nodeEligible\": {}{}}}",
+                "{{\"lastUpdated\": {},\"currentTime\": {}, \"nodeEligible\": {}}}",
                 go_time_json(last),
                 go_time_json(Some(now)),
                 self.node_eligible,
-                self.error_field()
             ),
         )
     }
@@ -150,25 +163,24 @@ impl ProxyHealth {
         (
             if v.healthy { 200 } else { 503 },
             format!(
-                "{{\"lastUpdated\": {},\"currentTime\": {}{}}}",
+                "{{\"lastUpdated\": {},\"currentTime\": {}}}",
                 go_time_json(last),
                 go_time_json(Some(now)),
-                self.error_field()
             ),
         )
     }
-}
 
-impl ProxyHealth {
-    /// `, "error": "..."` while blocked (JSON-escaped), else nothing: kube-proxy's shape is
-    /// kept for a healthy agent.
-    fn error_field(&self) -> String {
-        match &self.blocked {
-            Some(reason) => format!(
-                ", \"error\": {}",
-                serde_json::to_string(reason).unwrap_or_else(|_| "\"?\"".into())
-            ),
-            None => String::new(),
+    /// `/readyz`, the agent's own: 200 once a complete sync has programmed the node and while
+    /// the kernel can be programmed, else 503, so that a DaemonSet's rollout waits until the
+    /// node is served. kube-proxy has no such path; the body is plain text, as the API
+    /// server's `/readyz`.
+    pub fn readyz(&self) -> (u16, &'static str) {
+        if self.ready && self.blocked.is_none() {
+            (200, "ok")
+        } else if self.ready {
+            (503, "the kernel cannot be programmed")
+        } else {
+            (503, "waiting for the first complete sync")
         }
     }
 }
@@ -265,13 +277,31 @@ impl Health {
         self.lock().verdict(SystemTime::now()).healthy
     }
 
+    /// Records what a sync did. As in kube-proxy, a sync counts as done when the rules were
+    /// written, even if some objects failed (they are retried and logged); only a sync that
+    /// could program nothing at all makes the agent unhealthy ([`Health::set_blocked`]). The
+    /// first such sync that read the kernel (a full one) makes the agent ready.
+    pub fn record(&self, report: &Report) {
+        let rules_written = !report
+            .applied
+            .failures(&report.plan)
+            .any(|(op, _)| matches!(op, Op::WriteRules { .. }));
+        if rules_written {
+            self.updated();
+            if report.full {
+                self.lock().synced_completely();
+            }
+        }
+    }
+
     /// A copy of the state, for tests and `/configz`-like dumps.
     pub fn snapshot(&self) -> ProxyHealth {
         self.lock().clone()
     }
 }
 
-/// The routes of the healthz server: `/healthz` and `/livez`, counted in `metrics`.
+/// The routes of the healthz server: `/healthz` and `/livez` (counted in `metrics`) and
+/// `/readyz`.
 pub fn handle(
     health: &ProxyHealth,
     metrics: Option<&Metrics>,
@@ -293,11 +323,15 @@ pub fn handle(
             }
             Response::json(code, body)
         }
+        "/readyz" => {
+            let (code, body) = health.readyz();
+            Response::new(code, "text/plain; charset=utf-8", body)
+        }
         _ => Response::not_found(),
     }
 }
 
-/// Serves `/healthz` and `/livez` on `addr` (`healthzBindAddress`) until dropped. A bind
+/// Serves `/healthz`, `/livez` and `/readyz` on `addr` (`healthzBindAddress`) until dropped. A bind
 /// failure is retried every 5 s, or returned when `hard_fail` (`bindAddressHardFail`).
 pub async fn serve(
     addr: SocketAddr,
@@ -309,7 +343,7 @@ pub async fn serve(
         let state = health.snapshot();
         handle(&state, metrics.as_deref(), r, SystemTime::now())
     };
-    http::run(addr, Arc::new(handler), hard_fail, "healthz").await
+    web::run(addr, Arc::new(handler), hard_fail, "healthz").await
 }
 
 /// kube-proxy's body for a Service health check, byte for byte (tab-indented):
@@ -460,7 +494,7 @@ impl ServiceHealthServers {
                         None => Response::new(503, "text/plain", "closed\n"),
                     }
                 };
-                tokio::spawn(http::serve(l, Arc::new(handler)))
+                tokio::spawn(web::serve(l, Arc::new(handler), web::Limits::default()))
             })
             .collect();
         Ok(Listener { tasks })
@@ -614,27 +648,92 @@ mod tests {
     }
 
     #[test]
-    fn a_blocked_agent_is_unhealthy_at_once_and_says_why_until_unblocked() {
+    fn a_blocked_agent_is_unhealthy_at_once_and_tells_no_one_why() {
         let mut h = ProxyHealth::new(Duration::from_secs(60));
         h.updated(Family::V4, t(0));
-        h.set_blocked(Some(
-            "add service TCP 10.96.0.1:443 \"fo\": no such scheduler",
-        ));
+        let reason = "add service TCP 10.96.0.1:443 \"fo\": no such scheduler";
+        h.set_blocked(Some(reason));
+        assert_eq!(h.blocked(), Some(reason));
+        // The public port shows kube-proxy's keys and nothing else: no address, no error.
         let (code, body) = h.healthz(t(1));
         assert_eq!(code, 503);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
-            v["error"],
-            "add service TCP 10.96.0.1:443 \"fo\": no such scheduler"
+            keys,
+            ["currentTime", "lastUpdated", "nodeEligible"],
+            "{body}"
         );
         assert_eq!(v["lastUpdated"], "2023-11-14 22:13:20 +0000 UTC");
         let (code, body) = h.livez(t(1));
         assert_eq!(code, 503);
-        assert!(body.contains("\"error\""), "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["currentTime", "lastUpdated"], "{body}");
+        for body in [h.healthz(t(1)).1, h.livez(t(1)).1, h.readyz().1.to_string()] {
+            assert!(!body.contains("10.96.0.1"), "{body}");
+            assert!(!body.contains("scheduler"), "{body}");
+        }
         h.set_blocked(None);
-        let (code, body) = h.healthz(t(2));
+        let (code, _) = h.healthz(t(2));
         assert_eq!(code, 200);
-        assert!(!body.contains("error"), "{body}");
+    }
+
+    fn report(full: bool, rules_fail: bool) -> Report {
+        use crate::model::kernel::Rules;
+        use crate::model::plan::Plan;
+        let mut report = Report {
+            full,
+            plan: Plan {
+                ops: vec![Op::WriteRules {
+                    family: Family::V4,
+                    rules: Box::new(Rules::default()),
+                    missing_jumps: Vec::new(),
+                }],
+                warnings: Vec::new(),
+            },
+            ..Report::default()
+        };
+        if rules_fail {
+            report
+                .applied
+                .failed
+                .push((0, crate::dataplane::Error::NotSingle));
+        } else {
+            report.applied.done = 1;
+        }
+        report
+    }
+
+    #[test]
+    fn ready_after_the_first_full_sync_that_wrote_the_rules_and_while_not_blocked() {
+        let h = Health::new(&[Family::V4], Duration::from_secs(60));
+        assert_eq!(h.snapshot().readyz().0, 503, "before any sync");
+        h.record(&report(true, true));
+        assert_eq!(h.snapshot().readyz().0, 503, "the rules were not written");
+        h.record(&report(false, false));
+        assert_eq!(
+            h.snapshot().readyz().0,
+            503,
+            "a partial sync is not complete"
+        );
+        h.record(&report(true, false));
+        assert_eq!(h.snapshot().readyz().0, 200);
+        h.set_blocked(Some("no virtual server could be made"));
+        assert_eq!(h.snapshot().readyz().0, 503);
+        h.set_blocked(None);
+        // A later failing sync does not undo readiness: /healthz judges that.
+        h.record(&report(false, true));
+        assert_eq!(h.snapshot().readyz(), (200, "ok"));
+    }
+
+    #[test]
+    fn a_sync_whose_rules_failed_does_not_count_as_an_update() {
+        let h = Health::new(&[Family::V4], Duration::from_secs(60));
+        h.record(&report(true, true));
+        assert!(h.snapshot().last_updated.is_empty());
+        h.record(&report(false, false));
+        assert_eq!(h.snapshot().last_updated.len(), 1);
     }
 
     #[test]
@@ -743,15 +842,31 @@ mod tests {
         health.updated();
         let h2 = health.clone();
         let handler = move |r: &Request| handle(&h2.snapshot(), None, r, SystemTime::now());
-        let server = tokio::spawn(http::serve(listener, Arc::new(handler)));
-        let (code, headers, body) = http::get(addr, "/healthz").await.unwrap();
+        let server = tokio::spawn(web::serve(
+            listener,
+            Arc::new(handler),
+            web::Limits::default(),
+        ));
+        let (code, headers, body) = web::get(addr, "/healthz").await.unwrap();
         assert_eq!(code, 200);
-        assert!(headers.contains(&("Content-Type".into(), "application/json".into())));
+        assert_eq!(
+            web::header(&headers, "content-type"),
+            Some("application/json")
+        );
+        assert_eq!(
+            web::header(&headers, "x-content-type-options"),
+            Some("nosniff")
+        );
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["nodeEligible"], true);
         health.sync_node(true, &[]);
-        assert_eq!(http::get(addr, "/healthz").await.unwrap().0, 503);
-        assert_eq!(http::get(addr, "/livez").await.unwrap().0, 200);
+        assert_eq!(web::get(addr, "/healthz").await.unwrap().0, 503);
+        assert_eq!(web::get(addr, "/livez").await.unwrap().0, 200);
+        let (code, _, body) = web::get(addr, "/readyz").await.unwrap();
+        assert_eq!(
+            (code, body.as_str()),
+            (503, "waiting for the first complete sync")
+        );
         server.abort();
     }
 
@@ -791,21 +906,18 @@ mod tests {
         );
         assert_eq!(servers.ports().len(), 2);
         let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let (code, _, body) = http::get(at(p1), "/any/path").await.unwrap();
+        let (code, _, body) = web::get(at(p1), "/any/path").await.unwrap();
         assert_eq!(code, 200);
         assert!(body.contains("\"name\": \"web\""));
-        assert_eq!(http::get(at(p2), "/").await.unwrap().0, 503);
+        assert_eq!(web::get(at(p2), "/").await.unwrap().0, 503);
         // Endpoints change in place; p2 closes.
         assert!(servers.sync(&[check(v4, p1, &web, 0)]).is_empty());
         assert_eq!(servers.ports(), vec![(v4, p1)]);
-        let (code, _, body) = http::get(at(p1), "/").await.unwrap();
+        let (code, _, body) = web::get(at(p1), "/").await.unwrap();
         assert_eq!(code, 503);
         assert!(body.contains("\"localEndpoints\": 0"));
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            http::get(at(p2), "/").await.is_err(),
-            "port {p2} still open"
-        );
+        assert!(web::get(at(p2), "/").await.is_err(), "port {p2} still open");
         // A port another process holds is reported, not fatal.
         let holder = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let taken = holder.local_addr().unwrap().port();
@@ -825,16 +937,16 @@ mod tests {
         let mut servers = ServiceHealthServers::new(loopback_v4(), health);
         assert!(servers.sync(&wanted).is_empty());
         let at = |a: [u8; 4]| SocketAddr::from((a, port));
-        assert_eq!(http::get(at([127, 0, 0, 1]), "/").await.unwrap().0, 200);
-        assert!(http::get(at([127, 0, 0, 2]), "/").await.is_err());
+        assert_eq!(web::get(at([127, 0, 0, 1]), "/").await.unwrap().0, 200);
+        assert!(web::get(at([127, 0, 0, 2]), "/").await.is_err());
         // No address matching: nothing listens, and that is no failure.
         servers.set_addresses(BTreeMap::from([(Family::V4, Some(BTreeSet::new()))]));
         assert!(servers.sync(&wanted).is_empty());
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(http::get(at([127, 0, 0, 1]), "/").await.is_err());
+        assert!(web::get(at([127, 0, 0, 1]), "/").await.is_err());
         // Every IPv4 address.
         servers.set_addresses(BTreeMap::new());
         assert!(servers.sync(&wanted).is_empty());
-        assert_eq!(http::get(at([127, 0, 0, 2]), "/").await.unwrap().0, 200);
+        assert_eq!(web::get(at([127, 0, 0, 2]), "/").await.unwrap().0, 200);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use kube_proxy_ipvs_agent::{cli, run};
+use kube_proxy_ipvs_agent::{cli, logging, run};
 
 fn main() -> ExitCode {
     let settings = match cli::parse() {
@@ -14,29 +14,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let level = match settings.args.verbosity() {
-        0..=1 => "info",
-        2..=4 => "debug",
-        _ => "trace",
-    };
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var("TERM").is_ok_and(|t| t != "dumb");
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    if settings.kube_proxy.logging.format == "json" {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(ansi)
-            .init();
+    let format = logging::Format::from_config(&settings.kube_proxy.logging.format);
+    if let Err(e) = logging::init(logging::level(settings.args.verbosity()), format) {
+        eprintln!("kube-proxy-ipvs: cannot set up logging: {e}");
+        return ExitCode::FAILURE;
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    // Two worker threads: the health, metrics and health-check servers keep answering on one
+    // while a sync's work runs on the other, and whatever must wait (iptables-restore for the
+    // xtables lock, libipset, sysctl writes) waits on the blocking pool, not on either.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("kube-proxy-ipvs")
         .enable_all()
         .build()
     {

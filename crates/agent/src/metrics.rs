@@ -1,10 +1,10 @@
 //! Prometheus metrics with kube-proxy's names, types and labels (its IPVS-mode registration),
 //! plus the agent's own, in the text exposition format, served on `metricsBindAddress`.
 //!
-//! [`Metrics`] is a recorder the sync loop and the health servers call; [`Metrics::render`]
-//! writes the exposition text. [`serve`] answers `/metrics`, `/healthz` (always `ok`, as the
-//! generic healthz kube-proxy mounts there) and `/proxyMode` on the shared
-//! [`crate::health::http`] server.
+//! [`Metrics`] is a recorder the sync loop ([`Metrics::record`]), the source and the health
+//! servers call; [`Metrics::render`] writes the exposition text. [`serve`] answers
+//! `/metrics`, `/healthz` (always `ok`, as the generic healthz kube-proxy mounts there) and
+//! `/proxyMode` on the shared [`crate::web`] server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::dataplane::Applied;
-use crate::health::http::{self, Request, Response};
 use crate::model::cluster::Family;
 use crate::model::plan::{Op, Plan};
+use crate::sync::Report;
+use crate::web::{self, Request, Response};
 
 mod process;
 
@@ -150,6 +151,7 @@ struct State {
     draining: u64,
     connections: Option<u64>,
     ipset_entries: BTreeMap<String, u64>,
+    blocked: bool,
 }
 
 /// The recorder: cheap to share (`Arc<Metrics>`), every method takes `&self`.
@@ -198,6 +200,7 @@ impl Metrics {
                 draining: 0,
                 connections: None,
                 ipset_entries: BTreeMap::new(),
+                blocked: false,
             }),
         }
     }
@@ -252,6 +255,51 @@ impl Metrics {
                 s.last_timestamp.insert(f, t);
             }
         }
+    }
+
+    /// Records everything one sync reports, at the time it ended (`now`): its observation
+    /// ([`Metrics::observe_sync`]), the Local Services without local endpoints, the sets'
+    /// sizes, draining real servers, IPVS connections, the network-programming latency of
+    /// each EndpointSlice change it programmed and its conntrack passes. The changes pending
+    /// since the previous sync are done.
+    pub fn record(&self, report: &Report, now: SystemTime) {
+        let mut obs =
+            SyncObservation::from_plan(&report.plan, &report.applied, report.duration, now);
+        obs.drift_repaired = report.drift.counts.clone();
+        for (family, (internal, external)) in &report.no_local_endpoints {
+            self.no_local_endpoints(*family, *internal, *external);
+        }
+        self.ipset_entries(report.set_sizes.iter().cloned());
+        self.observe_sync(&obs, report.full);
+        self.destinations_draining(report.draining as u64);
+        for (family, triggered) in &report.programmed {
+            // A trigger time ahead of this clock (skew) counts as no delay.
+            self.network_programming(*family, now.duration_since(*triggered).unwrap_or_default());
+        }
+        if let Some(n) = report.ipvs_connections {
+            self.ipvs_connections(n);
+        }
+        for c in &report.conntrack {
+            self.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
+        }
+        self.service_changes(0, 0);
+        self.endpoint_changes(0, 0);
+    }
+
+    /// The source gave a snapshot with `services` Services and `slices` EndpointSlices
+    /// changed: counted in the `_total`s, and pending until the next [`Metrics::record`].
+    pub fn changes_seen(&self, services: u64, slices: u64) {
+        let mut s = self.lock();
+        s.service_changes_total += services;
+        s.service_changes_pending += services;
+        s.endpoint_changes_total += slices;
+        s.endpoint_changes_pending += slices;
+    }
+
+    /// Whether the agent cannot program the kernel at all (`kube_proxy_ipvs_blocked`): the
+    /// public `/healthz` says only 503, the log says why, and this gauge says it is that.
+    pub fn set_blocked(&self, blocked: bool) {
+        self.lock().blocked = blocked;
     }
 
     /// A sync was asked for at `at` (`sync_proxy_rules_last_queued_timestamp_seconds`).
@@ -511,6 +559,14 @@ impl Metrics {
         for (kind, v) in &s.drift_repaired {
             sample(&mut out, h, &[("kind", kind.to_string())], *v as f64);
         }
+        let h = "kube_proxy_ipvs_blocked";
+        header(
+            &mut out,
+            h,
+            "gauge",
+            "1 while the agent cannot program the kernel at all (no rules written, or no virtual server made); the log says why",
+        );
+        sample(&mut out, h, &[], if s.blocked { 1.0 } else { 0.0 });
         let h = "kube_proxy_ipvs_destinations_draining";
         header(
             &mut out,
@@ -663,7 +719,7 @@ pub async fn serve(
     hard_fail: bool,
 ) -> std::io::Result<()> {
     let handler = move |r: &Request| handle(&metrics, r);
-    http::run(addr, Arc::new(handler), hard_fail, "metrics").await
+    web::run(addr, Arc::new(handler), hard_fail, "metrics").await
 }
 
 #[cfg(test)]
@@ -771,6 +827,7 @@ mod tests {
             ("kube_proxy_ipvs_drift_repaired_total", "counter"),
             ("kube_proxy_ipvs_destinations_draining", "gauge"),
             ("kube_proxy_ipvs_ipset_entries", "gauge"),
+            ("kube_proxy_ipvs_blocked", "gauge"),
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} {kind}\n")),
@@ -938,6 +995,64 @@ mod tests {
             labels_text(&[("set", "a\"b\\c\nd".into())]),
             "{set=\"a\\\"b\\\\c\\nd\"}"
         );
+    }
+
+    #[test]
+    fn a_report_is_recorded_whole_and_ends_the_pending_changes() {
+        let m = Metrics::new(&[Family::V4]);
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        m.changes_seen(2, 3);
+        m.changes_seen(0, 1);
+        let text = m.render();
+        for line in [
+            "kubeproxy_sync_proxy_rules_service_changes_pending 2",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending 4",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total 4",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        let mut report = Report {
+            full: true,
+            duration: Duration::from_millis(3),
+            draining: 2,
+            ipvs_connections: Some(5),
+            set_sizes: vec![("KUBE-CLUSTER-IP".into(), 9)],
+            programmed: vec![(Family::V4, now - Duration::from_secs(1))],
+            ..Report::default()
+        };
+        report.no_local_endpoints.insert(Family::V4, (1, 2));
+        report.drift.counts.insert("virtual_server", 1);
+        report.conntrack.push(crate::dataplane::conntrack::Cleaned {
+            family: Family::V4,
+            scanned: 10,
+            undecoded: 0,
+            deleted: 4,
+            vanished: 0,
+            duration: Duration::from_millis(1),
+        });
+        m.record(&report, now);
+        m.set_blocked(true);
+        let text = m.render();
+        assert_well_formed(&text);
+        for line in [
+            "kubeproxy_sync_proxy_rules_service_changes_pending 0",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total 4",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1700000100",
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 2",
+            "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 4",
+            "kube_proxy_ipvs_syncs_total{type=\"full\"} 1",
+            "kube_proxy_ipvs_drift_repaired_total{kind=\"virtual_server\"} 1",
+            "kube_proxy_ipvs_destinations_draining 2",
+            "kube_proxy_ipvs_connections 5",
+            "kube_proxy_ipvs_ipset_entries{set=\"KUBE-CLUSTER-IP\"} 9",
+            "kube_proxy_ipvs_blocked 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        m.set_blocked(false);
+        assert!(m.render().lines().any(|l| l == "kube_proxy_ipvs_blocked 0"));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! proxy), wiring a source (manifests or the API server), the sync loop, the dataplane, and the
 //! health and metrics servers.
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,10 +19,10 @@ use crate::dataplane::kernel::Kernel;
 use crate::dataplane::link::Links;
 use crate::dataplane::{Dataplane, Observation, families, sysctl};
 use crate::health::Health;
-use crate::metrics::{Metrics, SyncObservation};
-use crate::model::cluster::Cluster;
-use crate::model::config::{ConnReuse, KernelVersion};
-use crate::model::desired::{Host, desired, sysctls};
+use crate::metrics::Metrics;
+use crate::model::cluster::{Cluster, Family};
+use crate::model::config::{ConnReuse, KernelVersion, ProxyConfig};
+use crate::model::desired::{HealthCheckAddresses, Host, desired, sysctls};
 use crate::model::iptables::restore_input;
 use crate::model::kernel::KernelState;
 use crate::model::plan::{self, Op};
@@ -56,87 +58,132 @@ fn kernel_version() -> Option<KernelVersion> {
     version
 }
 
-/// Runs the mode the command line asks for.
+/// Runs the mode the command line asks for: `--write-config-to`, `--cleanup`, `--dry-run`,
+/// `--init-only`, `--once`, or the long-running proxy.
 pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     for w in &settings.warnings {
         warn!("{w}");
     }
-    let args = settings.args.clone();
-    let kp = &settings.kube_proxy;
-    let mut config = settings.proxy.clone();
+    let args = &settings.args;
     if let Some(path) = &args.write_config_to {
-        kp.write_to(path)?;
+        settings.kube_proxy.write_to(path)?;
         info!(path = %path.display(), "effective configuration written");
         return Ok(ExitCode::SUCCESS);
     }
     if args.cleanup {
-        let mut kernel = Kernel::connect(config.families.clone(), Vec::new()).await?;
-        // Both families, whatever the flags say, as kube-proxy's cleanup does.
-        kernel.set_families(families::usable(kernel.backend()));
-        let Observation { state, .. } = kernel.observe().await?;
-        let p = plan::cleanup(&state, &config.exclude_cidrs);
-        let applied = kernel.apply(&p).await?;
-        for (op, e) in applied.failures(&p) {
-            warn!(op = %op, error = %e, "cleanup step failed");
-        }
-        info!(
-            done = applied.done,
-            failed = applied.failed.len(),
-            "cleanup finished"
-        );
-        return Ok(if applied.failed.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        return cleanup(&settings.proxy).await;
     }
-
-    // The source: manifests, or the API server (which also tells the Node's lifecycle).
-    let mut lifecycle: Option<watch::Receiver<api::NodeLifecycle>> = None;
-    // Where events go: the API server, when it is the source.
-    let mut events: Option<kube::Client> = None;
-    let mut snapshots = match &args.manifests {
-        Some(path) => manifest_source(path.clone(), settings.node_name.clone())?,
-        None => {
-            if args.dry_run || args.once {
-                info!("waiting for the API server's first complete list");
-            }
-            let options = api::ClientOptions {
-                kubeconfig: Some(kp.client_connection.kubeconfig.clone())
-                    .filter(|k| !k.is_empty())
-                    .map(Into::into),
-                master: args.master.clone(),
-                qps: kp.client_connection.qps,
-                burst: u32::try_from(kp.client_connection.burst).unwrap_or(0),
-            };
-            let client = api::client(&options)
-                .await
-                .context("cannot build the API client")?;
-            if !args.dry_run && !args.once {
-                let event = crate::k8s::events::node_starting(&settings.node_name);
-                tokio::spawn(crate::k8s::events::record(client.clone(), event));
-                events = Some(client.clone());
-            }
-            let (tx, rx) = watch::channel(None);
-            let (life_tx, life_rx) = watch::channel(api::NodeLifecycle::default());
-            lifecycle = Some(life_rx);
-            let watches = api::Watches::new(client, settings.node_name.clone())
-                .node_lifecycle(life_tx)
-                .page_size(Some(args.api_list_page_size).filter(|n| *n > 0));
-            tokio::spawn(async move {
-                if let Err(e) = watches.run(tx).await {
-                    warn!(error = %e, "the API source stopped");
-                }
-            });
-            rx
-        }
-    };
-
+    let daemon = !(args.dry_run || args.once);
+    let mut source = Source::start(&settings, daemon).await?;
     if args.dry_run {
-        let first = first_snapshot(&mut snapshots).await?;
-        return dry_run(&first, &config).await;
+        let first = first_snapshot(&mut source.snapshots).await?;
+        return dry_run(&first, &settings.proxy).await;
     }
+    let (kernel, config) = prepare_kernel(&settings).await?;
+    if args.init_only {
+        for (key, value) in sysctls(&config) {
+            sysctl::write(&key, &value).with_context(|| format!("--init-only: sysctl {key}"))?;
+        }
+        info!("host set up (--init-only)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut syncer = Syncer::new(kernel, config.clone());
+    if args.once {
+        return once(&mut syncer, &mut source.snapshots).await;
+    }
+    proxy(&settings, &config, syncer, source).await;
+    Ok(ExitCode::SUCCESS)
+}
 
+/// `--cleanup`: removes everything the agent owns, in both families whatever the flags say,
+/// as kube-proxy's cleanup does.
+async fn cleanup(config: &ProxyConfig) -> anyhow::Result<ExitCode> {
+    let mut kernel = Kernel::connect(config.families.clone(), Vec::new()).await?;
+    kernel.set_families(families::usable(kernel.backend()));
+    let Observation { state, .. } = kernel.observe().await?;
+    let p = plan::cleanup(&state, &config.exclude_cidrs);
+    let applied = kernel.apply(&p).await?;
+    for (op, e) in applied.failures(&p) {
+        warn!(op = %op, error = %e, "cleanup step failed");
+    }
+    info!(
+        done = applied.done,
+        failed = applied.failed.len(),
+        "cleanup finished"
+    );
+    Ok(if applied.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Where the cluster comes from: manifests, or the API server (which also tells the Node's
+/// lifecycle and takes the agent's events).
+struct Source {
+    snapshots: Snapshots,
+    /// The Node being deleted or drained (API server only).
+    lifecycle: Option<watch::Receiver<api::NodeLifecycle>>,
+    /// Where events go (API server, long-running proxy only).
+    events: Option<kube::Client>,
+}
+
+impl Source {
+    /// Starts reading the manifests or watching the API server. A `daemon` (the long-running
+    /// proxy) records its start as an event on its Node and keeps a client for later events.
+    async fn start(settings: &Settings, daemon: bool) -> anyhow::Result<Source> {
+        if let Some(path) = &settings.args.manifests {
+            return Ok(Source {
+                snapshots: manifest_source(path.clone(), settings.node_name.clone())?,
+                lifecycle: None,
+                events: None,
+            });
+        }
+        if !daemon {
+            info!("waiting for the API server's first complete list");
+        }
+        let kp = &settings.kube_proxy;
+        let options = api::ClientOptions {
+            kubeconfig: Some(kp.client_connection.kubeconfig.clone())
+                .filter(|k| !k.is_empty())
+                .map(Into::into),
+            master: settings.args.master.clone(),
+            qps: kp.client_connection.qps,
+            burst: u32::try_from(kp.client_connection.burst).unwrap_or(0),
+        };
+        let client = api::client(&options)
+            .await
+            .context("cannot build the API client")?;
+        let events = daemon.then(|| {
+            let event = crate::k8s::events::node_starting(&settings.node_name);
+            tokio::spawn(crate::k8s::events::record(client.clone(), event));
+            client.clone()
+        });
+        let (tx, snapshots) = watch::channel(None);
+        let (life_tx, lifecycle) = watch::channel(api::NodeLifecycle::default());
+        let watches = api::Watches::new(client, settings.node_name.clone())
+            .node_lifecycle(life_tx)
+            .page_size(Some(settings.args.api_list_page_size).filter(|n| *n > 0));
+        tokio::spawn(async move {
+            if let Err(e) = watches.run(tx).await {
+                warn!(error = %e, "the API source stopped");
+            }
+        });
+        Ok(Source {
+            snapshots,
+            lifecycle: Some(lifecycle),
+            events,
+        })
+    }
+}
+
+/// Connects to the kernel and prepares the host as kube-proxy does at start (the families
+/// whose iptables works, IPVS timeouts, conntrack sysctls, OOM score, the scheduler probe,
+/// VIPs moved to the configured binding). The configuration comes back with what the host
+/// decided (kernel version, families).
+async fn prepare_kernel(settings: &Settings) -> anyhow::Result<(Kernel, ProxyConfig)> {
+    let args = &settings.args;
+    let mut config = settings.proxy.clone();
     config.kernel_version = kernel_version();
     let sysctl_keys: Vec<String> = sysctls(&config).into_keys().collect();
     let mut kernel = Kernel::connect(config.families.clone(), sysctl_keys)
@@ -147,18 +194,14 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
     kernel.set_vip_binding(config.vip_binding);
     info!(families = ?config.families, "serving these IP families (each one whose iptables works on the host, as kube-proxy)");
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
-    host_setup(&settings, &kernel).await;
+    host_setup(settings, &kernel).await;
     if args.init_only {
-        for (key, value) in sysctls(&config) {
-            sysctl::write(&key, &value).with_context(|| format!("--init-only: sysctl {key}"))?;
-        }
-        info!("host set up (--init-only)");
-        return Ok(ExitCode::SUCCESS);
+        return Ok((kernel, config));
     }
     if let Err(e) = probe_scheduler(&kernel, &config.scheduler).await {
         // A name the kernel's tree does not have is a configuration error; a known scheduler
         // whose module is missing may come back (a module installed, a kernel package
-        // fixed): the daemon stays up, retries with backoff and says so on /healthz.
+        // fixed): the daemon stays up, retries with backoff, and /healthz is 503 meanwhile.
         let known = !matches!(
             ipvs_netlink::Scheduler::from_name(&config.scheduler),
             ipvs_netlink::Scheduler::Other(_)
@@ -181,194 +224,86 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         }
         Err(e) => warn!(error = %e, "cannot read the VIPs' bindings; the sync will"),
     }
-    let mut syncer = Syncer::new(kernel, config.clone());
+    Ok((kernel, config))
+}
 
-    if args.once {
-        let first = first_snapshot(&mut snapshots).await?;
-        let report = syncer.sync(&first, true).await?;
-        for w in &report.warnings {
-            warn!("{w}");
-        }
-        for (op, e) in report.applied.failures(&report.plan) {
-            warn!(op = %op, error = %e, "operation failed");
-        }
-        info!(
-            ops = report.plan.ops.len(),
-            messages = report.applied.messages,
-            failed = report.applied.failed.len(),
-            took = ?report.duration,
-            "synced once"
-        );
-        for c in &report.conntrack {
-            info!(family = ?c.family, scanned = c.scanned, deleted = c.deleted, took = ?c.duration, "conntrack reconciled");
-        }
-        return Ok(if report.applied.failed.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+/// `--once`: one full sync of the source's first complete snapshot; failure when any
+/// operation failed.
+async fn once(syncer: &mut Syncer<Kernel>, snapshots: &mut Snapshots) -> anyhow::Result<ExitCode> {
+    let first = first_snapshot(snapshots).await?;
+    let report = syncer.sync(&first, true).await?;
+    for w in &report.warnings {
+        warn!("{w}");
     }
+    for (op, e) in report.applied.failures(&report.plan) {
+        warn!(op = %op, error = %e, "operation failed");
+    }
+    info!(
+        ops = report.plan.ops.len(),
+        messages = report.applied.messages,
+        failed = report.applied.failed.len(),
+        took = ?report.duration,
+        "synced once"
+    );
+    for c in &report.conntrack {
+        info!(family = ?c.family, scanned = c.scanned, deleted = c.deleted, took = ?c.duration, "conntrack reconciled");
+    }
+    Ok(if report.applied.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
-    if let Some(path) = args.config.clone() {
+/// The long-running proxy: the health, metrics and health-check servers and the source's
+/// bookkeeping as tasks of their own, and the sync loop here until SIGTERM or Ctrl-C.
+async fn proxy(
+    settings: &Settings,
+    config: &ProxyConfig,
+    mut syncer: Syncer<Kernel>,
+    source: Source,
+) {
+    let kp = &settings.kube_proxy;
+    if let Some(path) = settings.args.config.clone() {
         tokio::spawn(exit_on_config_change(path));
     }
-    // Health and metrics.
     let metrics = Arc::new(Metrics::new(&config.families));
     let health = Health::new(&config.families, kp.health_timeout());
     health.updated();
-    // A Node being deleted or drained by the autoscaler is no longer eligible (/healthz 503).
-    if let Some(mut life) = lifecycle.take() {
-        let h = health.clone();
-        tokio::spawn(async move {
-            loop {
-                let l = *life.borrow_and_update();
-                let taints: &[&str] = if l.to_be_deleted {
-                    &[api::TO_BE_DELETED_TAINT]
-                } else {
-                    &[]
-                };
-                h.sync_node(l.deleting, taints);
-                if life.changed().await.is_err() {
-                    break;
-                }
-            }
-        });
+    if let Some(lifecycle) = source.lifecycle {
+        spawn_node_eligibility(lifecycle, health.clone());
     }
     if let Some(addr) = kp.healthz_address() {
-        let (h, m, hard) = (health.clone(), metrics.clone(), kp.bind_address_hard_fail);
-        tokio::spawn(async move {
-            if let Err(e) = crate::health::serve(addr, h, Some(m), hard).await {
-                warn!(error = %e, "healthz server stopped");
-            }
-        });
+        spawn_healthz_server(
+            addr,
+            health.clone(),
+            metrics.clone(),
+            kp.bind_address_hard_fail,
+        );
     }
     if let Some(addr) = kp.metrics_address() {
-        let (m, hard) = (metrics.clone(), kp.bind_address_hard_fail);
-        tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve(addr, m, hard).await {
-                warn!(error = %e, "metrics server stopped");
-            }
-        });
+        spawn_metrics_server(addr, metrics.clone(), kp.bind_address_hard_fail);
     }
-    // Health-check node ports of externalTrafficPolicy=Local load balancers follow the
-    // snapshots, on the addresses each sync finds for them (none before the first).
-    let (hc_addresses, mut hc_changes) = watch::channel(None);
-    {
-        let mut changes = snapshots.clone();
-        let mut servers =
-            crate::health::ServiceHealthServers::new(Default::default(), health.clone());
-        let (node, families) = (settings.node_name.clone(), config.families.clone());
-        let events = events.clone();
-        let retry_period = kp.sync_period().max(Duration::from_secs(1));
-        tokio::spawn(async move {
-            // Ports already reported, so a port that stays unbindable is one event, not one
-            // per change.
-            let mut reported = std::collections::BTreeSet::new();
-            loop {
-                let addresses = hc_changes.borrow_and_update().clone();
-                if let Some(addresses) = addresses {
-                    servers.set_addresses(addresses);
-                    let wanted = changes
-                        .borrow_and_update()
-                        .as_ref()
-                        .map(|c| crate::model::endpoints::health_checks(c, &node, &families))
-                        .unwrap_or_default();
-                    let mut failing = std::collections::BTreeSet::new();
-                    for (check, e) in servers.sync(&wanted) {
-                        let key = (check.family, check.port, check.service.clone());
-                        failing.insert(key.clone());
-                        if reported.contains(&key) {
-                            continue;
-                        }
-                        warn!(port = check.port, family = ?check.family, service = %check.service, error = %e, "FailedToStartServiceHealthcheck");
-                        if let Some(client) = &events {
-                            let event = crate::k8s::events::health_check_failed(
-                                &node,
-                                &check.service,
-                                check.port,
-                                &e.to_string(),
-                            );
-                            tokio::spawn(crate::k8s::events::record(client.clone(), event));
-                        }
-                    }
-                    reported = failing;
-                }
-                // A port that failed is tried again at the sync period, as kube-proxy's syncs
-                // retry it, even when nothing changes.
-                let retry = async {
-                    if reported.is_empty() {
-                        std::future::pending().await
-                    } else {
-                        tokio::time::sleep(retry_period).await
-                    }
-                };
-                tokio::select! {
-                    r = changes.changed() => if r.is_err() { break },
-                    r = hc_changes.changed() => if r.is_err() { break },
-                    () = retry => {}
-                }
-            }
-        });
-    }
-    // Every new snapshot is a queued update for /healthz and the metrics, with its Service and
-    // EndpointSlice changes counted (pending until the next sync reports).
-    let pending = Arc::new(std::sync::Mutex::new((0u64, 0u64)));
-    {
-        let mut changes = snapshots.clone();
-        let (h, m, pending) = (health.clone(), metrics.clone(), pending.clone());
-        tokio::spawn(async move {
-            let mut previous = changes.borrow_and_update().clone();
-            while changes.changed().await.is_ok() {
-                let current = changes.borrow_and_update().clone();
-                let (services, slices) = count_changes(previous.as_deref(), current.as_deref());
-                previous = current;
-                let (ps, pe) = {
-                    let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
-                    p.0 += services;
-                    p.1 += slices;
-                    *p
-                };
-                m.service_changes(services, ps);
-                m.endpoint_changes(slices, pe);
-                h.queued_update();
-                m.queued(SystemTime::now());
-            }
-        });
-    }
-
+    let events = source.events;
+    let health_check_addresses = spawn_health_check_ports(HealthCheckPorts {
+        snapshots: source.snapshots.clone(),
+        health: health.clone(),
+        node: settings.node_name.clone(),
+        families: config.families.clone(),
+        events: events.clone(),
+        retry_period: kp.sync_period().max(Duration::from_secs(1)),
+    });
+    spawn_change_counter(source.snapshots.clone(), health.clone(), metrics.clone());
     let periods = Periods {
         sync: kp.sync_period(),
         min_sync: kp.min_sync_period(),
     };
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            } => {}
-        }
-        info!("shutting down; the kernel state stays in place");
-    };
     sync::run(
         &mut syncer,
-        snapshots,
+        source.snapshots,
         periods,
-        shutdown,
+        shutdown(),
         |report| {
-            let mut obs = SyncObservation::from_plan(
-                &report.plan,
-                &report.applied,
-                report.duration,
-                SystemTime::now(),
-            );
-            obs.drift_repaired = report.drift.counts.clone();
             if !report.drift.is_empty() {
                 // Once per repairing sync: the repair leaves nothing for the next one to find.
                 warn!(
@@ -376,24 +311,16 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
                     report.drift
                 );
             }
-            for (family, (internal, external)) in &report.no_local_endpoints {
-                metrics.no_local_endpoints(*family, *internal, *external);
+            metrics.record(report, SystemTime::now());
+            health.record(report);
+            // A refused scheduler is said on its Service, once when the refusal starts.
+            if let Some(client) = &events {
+                for refusal in &report.scheduler_refusals {
+                    let event = crate::k8s::events::scheduler_refused(&settings.node_name, refusal);
+                    tokio::spawn(crate::k8s::events::record(client.clone(), event));
+                }
             }
-            metrics.ipset_entries(report.set_sizes.iter().cloned());
-            metrics.observe_sync(&obs, report.full);
-            metrics.destinations_draining(report.draining as u64);
-            let now = SystemTime::now();
-            for (family, triggered) in &report.programmed {
-                // A trigger time ahead of this clock (skew) counts as no delay.
-                metrics.network_programming(
-                    *family,
-                    now.duration_since(*triggered).unwrap_or_default(),
-                );
-            }
-            if let Some(n) = report.ipvs_connections {
-                metrics.ipvs_connections(n);
-            }
-            hc_addresses.send_if_modified(|a| {
+            health_check_addresses.send_if_modified(|a| {
                 let new = Some(&report.health_check_addresses);
                 let changed = a.as_ref() != new;
                 if changed {
@@ -401,27 +328,163 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
                 }
                 changed
             });
-            for c in &report.conntrack {
-                metrics.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
-            }
-            *pending.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
-            metrics.service_changes(0, 0);
-            metrics.endpoint_changes(0, 0);
-            // As in kube-proxy, a sync counts as done when the rules were written, even if some
-            // objects failed (they are retried and logged); only a sync that could program
-            // nothing at all makes the agent unhealthy (`on_blocked` below).
-            if !report
-                .applied
-                .failures(&report.plan)
-                .any(|(op, _)| matches!(op, Op::WriteRules { .. }))
-            {
-                health.updated();
-            }
         },
-        |blocked| health.set_blocked(blocked),
+        |blocked| {
+            // The reason is logged by the loop; the public port only says 503.
+            health.set_blocked(blocked);
+            metrics.set_blocked(blocked.is_some());
+        },
     )
     .await;
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves at SIGTERM or Ctrl-C.
+async fn shutdown() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        } => {}
+    }
+    info!("shutting down; the kernel state stays in place");
+}
+
+/// A Node being deleted or drained by the autoscaler is no longer eligible (/healthz 503).
+fn spawn_node_eligibility(mut lifecycle: watch::Receiver<api::NodeLifecycle>, health: Health) {
+    tokio::spawn(async move {
+        loop {
+            let l = *lifecycle.borrow_and_update();
+            let taints: &[&str] = if l.to_be_deleted {
+                &[api::TO_BE_DELETED_TAINT]
+            } else {
+                &[]
+            };
+            health.sync_node(l.deleting, taints);
+            if lifecycle.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// `/healthz`, `/livez` and `/readyz` on `healthzBindAddress`.
+fn spawn_healthz_server(addr: SocketAddr, health: Health, metrics: Arc<Metrics>, hard_fail: bool) {
+    tokio::spawn(async move {
+        if let Err(e) = crate::health::serve(addr, health, Some(metrics), hard_fail).await {
+            warn!(error = %e, "healthz server stopped");
+        }
+    });
+}
+
+/// `/metrics` on `metricsBindAddress`.
+fn spawn_metrics_server(addr: SocketAddr, metrics: Arc<Metrics>, hard_fail: bool) {
+    tokio::spawn(async move {
+        if let Err(e) = crate::metrics::serve(addr, metrics, hard_fail).await {
+            warn!(error = %e, "metrics server stopped");
+        }
+    });
+}
+
+/// What the health-check node ports follow.
+struct HealthCheckPorts {
+    snapshots: Snapshots,
+    health: Health,
+    node: String,
+    families: Vec<Family>,
+    /// Where a port that cannot be bound is reported (API server only).
+    events: Option<kube::Client>,
+    /// How often a port that could not be bound is tried again.
+    retry_period: Duration,
+}
+
+/// The health-check node ports of `externalTrafficPolicy: Local` load balancers follow the
+/// snapshots, on the addresses each sync finds for them (none before the first, which the
+/// returned sender gives).
+fn spawn_health_check_ports(
+    ports: HealthCheckPorts,
+) -> watch::Sender<Option<HealthCheckAddresses>> {
+    let (addresses_tx, mut addresses) = watch::channel(None);
+    let HealthCheckPorts {
+        snapshots: mut changes,
+        health,
+        node,
+        families,
+        events,
+        retry_period,
+    } = ports;
+    let mut servers = crate::health::ServiceHealthServers::new(Default::default(), health);
+    tokio::spawn(async move {
+        // Ports already reported, so a port that stays unbindable is one event, not one per
+        // change.
+        let mut reported = BTreeSet::new();
+        loop {
+            let current = addresses.borrow_and_update().clone();
+            if let Some(current) = current {
+                servers.set_addresses(current);
+                let wanted = changes
+                    .borrow_and_update()
+                    .as_ref()
+                    .map(|c| crate::model::endpoints::health_checks(c, &node, &families))
+                    .unwrap_or_default();
+                let mut failing = BTreeSet::new();
+                for (check, e) in servers.sync(&wanted) {
+                    let key = (check.family, check.port, check.service.clone());
+                    failing.insert(key.clone());
+                    if reported.contains(&key) {
+                        continue;
+                    }
+                    warn!(port = check.port, family = ?check.family, service = %check.service, error = %e, "FailedToStartServiceHealthcheck");
+                    if let Some(client) = &events {
+                        let event = crate::k8s::events::health_check_failed(
+                            &node,
+                            &check.service,
+                            check.port,
+                            &e.to_string(),
+                        );
+                        tokio::spawn(crate::k8s::events::record(client.clone(), event));
+                    }
+                }
+                reported = failing;
+            }
+            // A port that failed is tried again at the sync period, as kube-proxy's syncs
+            // retry it, even when nothing changes.
+            let retry = async {
+                if reported.is_empty() {
+                    std::future::pending().await
+                } else {
+                    tokio::time::sleep(retry_period).await
+                }
+            };
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { break },
+                r = addresses.changed() => if r.is_err() { break },
+                () = retry => {}
+            }
+        }
+    });
+    addresses_tx
+}
+
+/// Every new snapshot is a queued update for /healthz and the metrics, with its Service and
+/// EndpointSlice changes counted (pending until the next sync records its report).
+fn spawn_change_counter(mut changes: Snapshots, health: Health, metrics: Arc<Metrics>) {
+    tokio::spawn(async move {
+        let mut previous = changes.borrow_and_update().clone();
+        while changes.changed().await.is_ok() {
+            let current = changes.borrow_and_update().clone();
+            let (services, slices) = count_changes(previous.as_deref(), current.as_deref());
+            previous = current;
+            metrics.changes_seen(services, slices);
+            health.queued_update();
+            metrics.queued(SystemTime::now());
+        }
+    });
 }
 
 /// How many Services and EndpointSlices differ between two snapshots.
@@ -556,10 +619,7 @@ async fn host_setup(settings: &Settings, kernel: &Kernel) {
 }
 
 /// Prints the plan from an empty kernel and the iptables-restore input, touching nothing.
-async fn dry_run(
-    cluster: &Cluster,
-    config: &crate::model::config::ProxyConfig,
-) -> anyhow::Result<ExitCode> {
+async fn dry_run(cluster: &Cluster, config: &ProxyConfig) -> anyhow::Result<ExitCode> {
     // Reading addresses needs no privilege; without rtnetlink, plan with none.
     let host = match Links::connect() {
         Ok(links) => match (links.interfaces().await, links.addresses().await) {

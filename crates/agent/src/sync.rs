@@ -741,7 +741,7 @@ pub async fn run<D: Dataplane>(
         if blocked != last_blocked {
             match &blocked {
                 Some(reason) => {
-                    warn!(reason = %reason, "cannot program the kernel at all; /healthz says so")
+                    warn!(reason = %reason, "cannot program the kernel at all; /healthz is 503 and kube_proxy_ipvs_blocked 1")
                 }
                 None if last_blocked.is_some() => info!("the kernel can be programmed again"),
                 None => {}

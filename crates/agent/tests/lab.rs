@@ -478,6 +478,15 @@ fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
     }
     let (code, body) = http_get("127.0.0.1:10256", "/livez");
     assert_eq!(code, 200, "{body}");
+    // Programmed: ready once the sync that programmed it has reported.
+    let ready = Instant::now();
+    while try_http_get("127.0.0.1:10256", "/readyz").ok() != Some((200, "ok".into())) {
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "/readyz is not 200 after the first sync"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let (code, metrics) = http_get("127.0.0.1:10249", "/metrics");
     assert_eq!(code, 200);
     for name in [
@@ -493,6 +502,215 @@ fn healthz_livez_and_metrics_answer_with_kube_proxys_shapes() {
     );
     let _ = agent.kill();
     let _ = agent.wait();
+}
+
+/// One probe of a health port: when it was sent (since the lock was taken), how long the
+/// answer took, and its status (`None`: no answer within the client's 5 s).
+struct Probe {
+    at: Duration,
+    took: Duration,
+    status: Option<u16>,
+}
+
+/// The probes as a table, with the median and longest answer times first.
+fn probe_table(probes: &[(Probe, Probe)]) -> String {
+    let mut took: Vec<Duration> = probes.iter().flat_map(|(h, p)| [h.took, p.took]).collect();
+    took.sort();
+    let Some(max) = took.last() else {
+        return "no probe".into();
+    };
+    let mut out = format!(
+        "{} probes each of /healthz and the health-check port, answered in {:.1?} (median), {max:.1?} (longest)\n",
+        probes.len(),
+        took[took.len() / 2]
+    );
+    for (h, p) in probes {
+        out.push_str(&format!(
+            "{:>6.2?} healthz {:?} in {:.1?}, port {:?} in {:.1?}\n",
+            h.at, h.status, h.took, p.status, p.took
+        ));
+    }
+    out
+}
+
+fn probe(addr: &str, path: &str, since: Instant) -> Probe {
+    let at = since.elapsed();
+    let t = Instant::now();
+    let status = try_http_get(addr, path).ok().map(|(code, _)| code);
+    Probe {
+        at,
+        took: t.elapsed(),
+        status,
+    }
+}
+
+/// Another program holding the xtables lock longer than the health timeout stalls only the
+/// agent's `iptables-restore`, which gives up after 5 s (`-w 5`, kube-proxy's bound) and is
+/// retried at the next sync: `/healthz` and a health-check node port answer at once
+/// throughout, 200 until a change has waited the health timeout (2 × the 3 s sync period)
+/// without being programmed, then 503, and 200 again once the lock is released and the
+/// rules are written. Each test's agent has a lock file of its own (`XTABLES_LOCKFILE`, read
+/// by iptables itself), so that the lab's other tests, running at the same time, are not held.
+#[test]
+fn health_ports_answer_while_another_program_holds_the_xtables_lock() {
+    let node = Node::new("xlock", 1);
+    // A legacy node (the kubelet's canary chain there): iptables-nft takes no lock.
+    sh("iptables-legacy -w -t mangle -N KUBE-KUBELET-CANARY");
+    let lock_path = "/run/xtables-lab-xlock.lock";
+    let web = service(
+        "web",
+        "10.96.0.10",
+        "  type: LoadBalancer\n  externalTrafficPolicy: Local\n  healthCheckNodePort: 32054\n",
+        "TCP",
+        80,
+        8080,
+        &[(0, "node-a")],
+    )
+    .replace("targetPort: 8080}]", "targetPort: 8080, nodePort: 31084}]");
+    node.write("web.yaml", &web);
+    let log_path = std::env::temp_dir().join("agent-lab-xlock.log");
+    let mut agent = node
+        .command(&[
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+            "--ipvs-sync-period",
+            "3s",
+            "--ipvs-min-sync-period",
+            "0s",
+        ])
+        .env("XTABLES_LOCKFILE", lock_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .expect("start the agent");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (healthz, port) = ("127.0.0.1:10256", "127.0.0.1:32054");
+    let start = Instant::now();
+    // The health-check port opens after the first sync.
+    while !(matches!(try_http_get(healthz, "/healthz"), Ok((200, _)))
+        && matches!(try_http_get(port, "/"), Ok((200, _))))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the agent did not come up:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        sh("iptables-legacy-save -t nat").contains("-A KUBE-POSTROUTING"),
+        "not a legacy node:\n{}",
+        log()
+    );
+
+    // Take the agent's lock, then change its rules behind its back through another lock
+    // file: the next full sync must rewrite them, and so wait for the lock.
+    let lock = std::fs::File::create(lock_path).unwrap();
+    lock.lock().unwrap();
+    let held = Instant::now();
+    sh(
+        "XTABLES_LOCKFILE=/run/xtables-lab-xlock-other.lock iptables-legacy -w -t nat -F KUBE-POSTROUTING",
+    );
+    let mut probes: Vec<(Probe, Probe)> = Vec::new();
+    let sample = |probes: &mut Vec<(Probe, Probe)>| {
+        probes.push((probe(healthz, "/healthz", held), probe(port, "/", held)));
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    // The first write that gave up on the lock, as iptables-legacy-restore says it.
+    while !log().contains("holding the xtables lock") {
+        assert!(
+            held.elapsed() < Duration::from_secs(30),
+            "no write gave up waiting for the lock:\n{}\n{}",
+            probe_table(&probes),
+            log()
+        );
+        sample(&mut probes);
+    }
+    let gave_up = held.elapsed();
+    // A change now waits behind the lock; past the health timeout (6 s) the node is
+    // unhealthy.
+    node.write(
+        "other.yaml",
+        &service("other", "10.96.0.11", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    let changed = held.elapsed();
+    while held.elapsed() < changed + Duration::from_secs(12) {
+        sample(&mut probes);
+    }
+    // What the public port says of a node stuck behind the lock.
+    let stuck_body = try_http_get(healthz, "/healthz").map(|(_, body)| body);
+    lock.unlock().unwrap();
+    let released = held.elapsed();
+    let mut recovered = None;
+    while held.elapsed() < released + Duration::from_secs(30) {
+        let (h, p) = (probe(healthz, "/healthz", held), probe(port, "/", held));
+        if h.status == Some(200) && p.status == Some(200) {
+            recovered = Some(h.at - released);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let log = log();
+
+    let table = probe_table(&probes);
+    eprintln!(
+        "xtables lock held {released:.1?}; the first write gave up at {gave_up:.1?}; change at {changed:.1?}; healthy again {recovered:.1?} after the release; {table}"
+    );
+    let max = probes
+        .iter()
+        .flat_map(|(h, p)| [h.took, p.took])
+        .max()
+        .unwrap_or_default();
+    assert!(
+        probes
+            .iter()
+            .all(|(h, p)| h.status.is_some() && p.status.is_some()),
+        "a probe got no answer while the lock was held:\n{table}"
+    );
+    assert!(
+        max < Duration::from_secs(2),
+        "a probe waited {max:?}:\n{table}"
+    );
+    // Nothing was waiting to be programmed before the change: healthy.
+    assert!(
+        probes
+            .iter()
+            .filter(|(h, _)| h.at < changed)
+            .all(|(h, p)| h.status == Some(200) && p.status == Some(200)),
+        "unhealthy before anything waited:\n{table}"
+    );
+    // The change has waited longer than the health timeout (with a sync's slack): 503, on the
+    // proxy's port and on the load balancer's.
+    let late: Vec<_> = probes
+        .iter()
+        .filter(|(h, _)| h.at > changed + Duration::from_secs(8))
+        .collect();
+    assert!(!late.is_empty(), "{table}");
+    assert!(
+        late.iter()
+            .all(|(h, p)| h.status == Some(503) && p.status == Some(503)),
+        "still healthy with a change stuck behind the lock:\n{table}"
+    );
+    assert!(
+        recovered.is_some(),
+        "not healthy again after the release:\n{table}\n{log}"
+    );
+    assert!(
+        log.contains("Stopped waiting after 5s"),
+        "the wait was not bounded by -w 5:\n{log}"
+    );
+    assert!(
+        sh("iptables-legacy-save -t nat").contains("-A KUBE-POSTROUTING"),
+        "the rules were not written again"
+    );
+    assert!(sh("ipvsadm -Sn").contains("10.96.0.11:80"));
+    // kube-proxy's body; the reason stays in the log.
+    let body = stuck_body.expect("/healthz answered");
+    let v: serde_json::Value = serde_json::from_str(&body).expect(&body);
+    assert_eq!(v["nodeEligible"], true, "{body}");
+    assert!(!body.contains("xtables"), "{body}");
 }
 
 /// Every metric family on `/metrics` gets samples once what it measures has happened, and

@@ -244,11 +244,21 @@ pub fn parse_save(table: &str, text: &str, seen: &mut Seen) {
     }
 }
 
-/// Runs `iptables-restore --noflush` with `input`.
+/// How long `iptables-restore` waits for the xtables lock, and how often it tries, as
+/// kube-proxy bounds it (`-w 5 -W 100000`): a lock another program keeps longer fails this
+/// write, which the next sync retries, instead of stalling the sync loop for as long as the
+/// lock is held. (iptables-nft takes no lock and ignores both.)
+pub const RESTORE_WAIT: [&str; 4] = ["-w", "5", "-W", "100000"];
+
+/// iptables' exit status when its wait for the xtables lock ran out (`RESOURCE_PROBLEM`).
+const LOCK_WAIT_RAN_OUT: i32 = 4;
+
+/// Runs `iptables-restore --noflush` with `input`, waiting at most 5 s for the xtables lock.
 pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Error> {
     let tool = backend.tool(family, "restore");
     let mut child = super::child::dies_with_agent(&mut Command::new(&tool))
-        .args(["--noflush", "--wait"])
+        .arg("--noflush")
+        .args(RESTORE_WAIT)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -271,9 +281,16 @@ pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Erro
         source: e,
     })?;
     if !out.status.success() {
+        let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if out.status.code() == Some(LOCK_WAIT_RAN_OUT) {
+            return Err(Error::XtablesLocked {
+                program: tool,
+                message,
+            });
+        }
         return Err(Error::Tool {
             program: tool,
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            message,
         });
     }
     Ok(())

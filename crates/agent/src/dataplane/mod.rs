@@ -180,6 +180,16 @@ pub enum Error {
         /// Its error output.
         message: String,
     },
+    /// A program gave up waiting for the xtables lock that another program holds (iptables
+    /// exits with status 4, `RESOURCE_PROBLEM`, when its `-w` wait runs out): nothing was
+    /// written, and the next sync tries again.
+    #[error("{program} gave up waiting for the xtables lock: {message}")]
+    XtablesLocked {
+        /// The program.
+        program: String,
+        /// Its error output.
+        message: String,
+    },
     /// The conntrack cleanup failed.
     #[error(transparent)]
     Conntrack(#[from] conntrack::Error),

@@ -150,17 +150,19 @@ fn explain(op: &Op, error: &Error) -> String {
 
 /// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
 /// `None` when it could program something: every desired virtual server is missing and its
-/// creation failed, or the rules could not be written. `desired` is the number of virtual
-/// servers the desired state holds.
+/// creation failed, or the rules could not be written (for another reason than the xtables
+/// lock held elsewhere). `desired` is the number of virtual servers the desired state holds.
 pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
     if report.applied.failed.is_empty() {
         return None;
     }
     let failed: Vec<(&Op, &Error)> = report.applied.failures(&report.plan).collect();
-    if let Some((op, e)) = failed
-        .iter()
-        .find(|(op, _)| matches!(op, Op::WriteRules { .. }))
-    {
+    // Another program holding the xtables lock past the wait is no reason to drain the node
+    // at once: as in kube-proxy, the write is retried at the next sync, and `/healthz` turns
+    // unhealthy only when a change has waited the health timeout.
+    if let Some((op, e)) = failed.iter().find(|(op, e)| {
+        matches!(op, Op::WriteRules { .. }) && !matches!(e, Error::XtablesLocked { .. })
+    }) {
         return Some(format!("{op}: {}", explain(op, e)));
     }
     if !report.full || desired == 0 {
@@ -205,6 +207,41 @@ mod tests {
             b.failed();
         }
         assert_eq!(b.failed(), Duration::from_secs(1 << 16));
+    }
+
+    #[test]
+    fn rules_another_program_keeps_locked_do_not_block_the_agent_but_other_failures_do() {
+        use crate::model::cluster::Family;
+        use crate::model::kernel::Rules;
+        use crate::model::plan::Plan;
+        let report = |e: Error| Report {
+            full: true,
+            plan: Plan {
+                ops: vec![Op::WriteRules {
+                    family: Family::V4,
+                    rules: Box::new(Rules::default()),
+                    missing_jumps: Vec::new(),
+                }],
+                warnings: Vec::new(),
+            },
+            applied: crate::dataplane::Applied {
+                failed: vec![(0, e)],
+                ..Default::default()
+            },
+            ..Report::default()
+        };
+        let locked = report(Error::XtablesLocked {
+            program: "iptables-legacy-restore".into(),
+            message: "Another app is currently holding the xtables lock. Stopped waiting after 5s."
+                .into(),
+        });
+        assert_eq!(cannot_program(&locked, 1), None);
+        let refused = report(Error::Tool {
+            program: "iptables-legacy-restore".into(),
+            message: "line 3 failed".into(),
+        });
+        let why = cannot_program(&refused, 1).expect("blocked");
+        assert!(why.contains("line 3 failed"), "{why}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lab::guest::{sh, try_sh};
 use lab::report::Row;
 
-use crate::node::{Node, http_get, service};
+use crate::node::{Node, http_get, service, try_http_get};
 
 /// Serializes the tests that hide a kernel module (modules are global to the VM).
 static MODULES: Mutex<()> = Mutex::new(());
@@ -108,6 +108,14 @@ impl Daemon {
 
     fn healthz(&self) -> Option<(u16, String)> {
         std::panic::catch_unwind(|| http_get("127.0.0.1:10256", "/healthz")).ok()
+    }
+
+    /// `kube_proxy_ipvs_blocked` on 127.0.0.1:10249 (`None` when it cannot be read).
+    fn blocked_metric(&self) -> Option<String> {
+        let (_, text) = try_http_get("127.0.0.1:10249", "/metrics").ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("kube_proxy_ipvs_blocked "))
+            .map(str::to_string)
     }
 }
 
@@ -217,7 +225,8 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
     ));
 
     // 2. The default scheduler is the missing one: nothing can be programmed; the agent
-    // stays up and /healthz is 503 with the reason, until the module returns.
+    // stays up and /healthz is 503 (kube-proxy's body: the reason goes to the log and
+    // /metrics, not to the public port), until the module returns.
     let out = node.command(&["--cleanup"]).output().unwrap();
     assert!(
         out.status.success(),
@@ -226,20 +235,32 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
     );
     let hidden = HiddenModule::hide(SCHEDULER);
     node.remove("fo.yaml");
-    let mut agent = Daemon::start(&node, "default", &["--ipvs-scheduler", SCHEDULER]);
+    let mut agent = Daemon::start(
+        &node,
+        "default",
+        &[
+            "--ipvs-scheduler",
+            SCHEDULER,
+            "--metrics-bind-address",
+            "127.0.0.1:10249",
+        ],
+    );
     until(
         Duration::from_secs(30),
-        "/healthz 503 with the reason",
+        "/healthz 503 without the reason, blocked on /metrics",
         || agent.log(),
-        || matches!(agent.healthz(), Some((503, body)) if body.contains("\"error\"") && body.contains(SCHEDULER)),
+        || {
+            matches!(agent.healthz(), Some((503, body)) if !body.contains(SCHEDULER) && !body.contains("error"))
+                && agent.blocked_metric().as_deref() == Some("1")
+        },
     );
     std::thread::sleep(Duration::from_secs(3));
     assert!(agent.alive(), "the agent must stay up:\n{}", agent.log());
     assert!(!has_vs("10.96.0.10:80"));
     assert_eq!(
-        agent.lines_with(&["cannot program the kernel at all"]),
+        agent.lines_with(&["cannot program the kernel at all", SCHEDULER]),
         1,
-        "logged once:\n{}",
+        "logged once, with the reason:\n{}",
         agent.log()
     );
     hidden.restore();
@@ -247,14 +268,18 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
         Duration::from_secs(40),
         "recovered after the module returned",
         || agent.log(),
-        || has_vs("10.96.0.10:80") && matches!(agent.healthz(), Some((200, _))),
+        || {
+            has_vs("10.96.0.10:80")
+                && matches!(agent.healthz(), Some((200, _)))
+                && agent.blocked_metric().as_deref() == Some("0")
+        },
     );
     assert_eq!(
         node.ask_from_outside("10.96.0.10:80"),
         Ok(node.pods[0].name.clone())
     );
     row.lost(format!(
-        "0 other Services disturbed; per-Service: programmed {took:.1?} after the module returned; default: /healthz 503 with the reason, 200 again {recovered:.1?} after"
+        "0 other Services disturbed; per-Service: programmed {took:.1?} after the module returned; default: /healthz 503 (the reason in the log and /metrics), 200 again {recovered:.1?} after"
     ));
 }
 

@@ -7,6 +7,11 @@
 //! - `ipvs`, `sets`, `addresses`: one kernel object each, read and changed, with the
 //!   conversions between the model and its library.
 //! - `worker`: work on a thread of its own while the plan goes on.
+//!
+//! Nothing here blocks the runtime's threads, which also serve `/healthz` and the
+//! health-check node ports: programs (`iptables-restore`, which may wait for the xtables
+//! lock, `iptables-save`), libipset and `/proc/sys` run on tokio's blocking pool
+//! (`blocking`) or on a worker thread.
 
 mod addresses;
 mod ipvs;
@@ -37,6 +42,18 @@ use crate::model::plan::{Op, Plan};
 use crate::model::rolling::Part;
 
 pub use self::addresses::Rebound;
+
+/// Runs `work` on tokio's blocking pool (whose threads inherit the network namespace of the
+/// thread that starts them, as worker threads do) and waits for it without blocking the
+/// runtime. A panic in `work` is the `what` worker stopping.
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| Error::WorkerStopped(what))
+}
 
 /// The real kernel.
 pub struct Kernel {
@@ -70,7 +87,7 @@ impl Kernel {
             .map_err(|e| ipvs_error("connect to IPVS", e))?;
         let dumpers = ipvs::connect_sockets().await?;
         let links = Links::connect()?;
-        let backend = Backend::detect()?;
+        let backend = blocking("iptables", Backend::detect).await??;
         debug!(?backend, "iptables backend");
         Ok(Kernel {
             ipvs,
@@ -126,7 +143,7 @@ impl Kernel {
     async fn run(&mut self, route: Route, ops: &[(usize, &Op)], applied: &mut Applied) {
         match route {
             Route::Ipvs => self.apply_ipvs(ops, applied).await,
-            Route::Sets => self.apply_sets(ops, applied),
+            Route::Sets => self.apply_sets(ops, applied).await,
             Route::Addresses => self.apply_addresses(ops, applied).await,
             Route::One => {
                 for (i, op) in ops {
@@ -169,22 +186,38 @@ impl Kernel {
                 self.link_index = Some(self.links.create_dummy(LINK_NAME).await?);
                 Ok(())
             }
-            Op::SetSysctl { key, value } => sysctl::write(key, value),
+            Op::SetSysctl { key, value } => {
+                let (key, value) = (key.clone(), value.clone());
+                blocking("sysctl", move || sysctl::write(&key, &value)).await?
+            }
             Op::WriteRules {
                 family,
                 rules,
                 missing_jumps,
             } => {
-                iptables::restore(self.backend, *family, &restore_input(rules, missing_jumps))?;
-                // Remember how the backend prints what we wrote, to tell drift from quirks.
-                let seen = iptables::read(self.backend, *family)?;
-                self.written.record(*family, (**rules).clone(), &seen);
+                let (backend, family) = (self.backend, *family);
+                let input = restore_input(rules, missing_jumps);
+                // Read back at once: remember how the backend prints what we wrote, to tell
+                // drift from quirks.
+                let seen = blocking("iptables", move || {
+                    iptables::restore(backend, family, &input)?;
+                    iptables::read(backend, family)
+                })
+                .await??;
+                self.written.record(family, (**rules).clone(), &seen);
                 Ok(())
             }
             Op::RemoveRules { family, rules } => {
-                iptables::restore(self.backend, *family, &removal_input(rules))
+                let (backend, family, input) = (self.backend, *family, removal_input(rules));
+                blocking("iptables", move || {
+                    iptables::restore(backend, family, &input)
+                })
+                .await?
             }
-            Op::DestroySet(name) => sets::destroy(name),
+            Op::DestroySet(name) => {
+                let name = name.clone();
+                blocking("sets", move || sets::destroy(&name)).await?
+            }
             Op::DeleteLink => {
                 // The kernel deletes the routes through the link with it; bridges left on
                 // `lo` by a switch cut short go too.
@@ -243,15 +276,17 @@ impl Kernel {
         state.services = services;
         debug!(services = state.services.len(), unread = unread.len(), elapsed = ?t.elapsed(), "observed IPVS");
         let t = Instant::now();
-        state.sets = self.observe_sets()?;
+        state.sets = self.observe_sets().await?;
         debug!(elapsed = ?t.elapsed(), "observed sets");
-        for family in &self.families {
-            let seen = iptables::read(self.backend, *family)?;
+        for family in self.families.clone() {
+            let backend = self.backend;
+            let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
             state
                 .rules
-                .insert(*family, self.written.observed(*family, &seen));
+                .insert(family, self.written.observed(family, &seen));
         }
-        state.sysctls = sysctl::read(&self.sysctl_keys);
+        let keys = self.sysctl_keys.clone();
+        state.sysctls = blocking("sysctl", move || sysctl::read(&keys)).await?;
         Ok((Observation { state, host }, unread))
     }
 }
@@ -314,5 +349,36 @@ impl Dataplane for Kernel {
         filter: &crate::model::conntrack::ConntrackFilter,
     ) -> Result<Vec<super::conntrack::Cleaned>, Error> {
         Ok(super::conntrack::clean(filter.clone()).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::web::{self, Request, Response};
+
+    /// On a runtime of one thread, as the agent's tasks would share one: work that waits (a
+    /// stand-in for `iptables-restore` waiting for the xtables lock) leaves a server on the
+    /// same runtime answering at once.
+    #[tokio::test]
+    async fn blocking_work_leaves_the_runtime_free_to_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler: Arc<dyn web::Handler> =
+            Arc::new(|_: &Request| Response::new(200, "text/plain", "ok"));
+        let server = tokio::spawn(web::serve(listener, handler, web::Limits::default()));
+        let work = tokio::spawn(super::blocking("test", || {
+            std::thread::sleep(Duration::from_secs(2))
+        }));
+        tokio::task::yield_now().await;
+        let t = std::time::Instant::now();
+        let (status, _, _) = web::get(addr, "/healthz").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(!work.is_finished());
+        work.await.unwrap().unwrap();
+        server.abort();
     }
 }

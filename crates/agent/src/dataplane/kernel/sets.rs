@@ -1,5 +1,5 @@
 //! The KUBE-* sets through libipset: reading them, applying the plan's set operations in
-//! restore mode (on the agent's thread or a worker's), destroying one, and the conversions
+//! restore mode (on tokio's blocking pool or a worker thread), destroying one, and the conversions
 //! between the model and the library.
 
 use std::collections::BTreeMap;
@@ -13,59 +13,76 @@ use crate::model::plan::Op;
 use crate::model::sets::{self, set_name};
 
 impl Kernel {
-    pub(super) fn observe_sets(&self) -> Result<BTreeMap<String, Set>, Error> {
-        let mut session =
-            ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
-        let mut out = BTreeMap::new();
-        for family in &self.families {
-            for def in sets::ALL {
-                let name = set_name(def, *family);
-                let set_name =
-                    ipset::SetName::new(name.clone()).map_err(|e| ipset_error(&name, e))?;
-                if session
-                    .header(&set_name)
-                    .map_err(|e| ipset_error(&name, e))?
-                    .is_none()
-                {
-                    continue;
-                }
-                let set = session
-                    .save_set(&set_name)
-                    .map_err(|e| ipset_error(&name, e))?;
-                let Some(kind) = set_kind(set.header.set_type) else {
-                    // A foreign type under one of our names: report it as a type we never use
-                    // so the plan leaves it alone and says so.
-                    out.insert(
-                        name,
-                        Set {
-                            kind: SetKind::HashIp,
-                            family: *family,
-                            entries: Default::default(),
-                        },
-                    );
-                    continue;
-                };
-                let entries = set
-                    .members
-                    .iter()
-                    .filter_map(|m| set_entry(&m.entry))
-                    .collect();
+    /// The agent's sets of its families, read on the blocking pool (libipset waits on its
+    /// netlink socket).
+    pub(super) async fn observe_sets(&self) -> Result<BTreeMap<String, Set>, Error> {
+        let families = self.families.clone();
+        super::blocking("sets", move || read_sets(&families)).await?
+    }
+
+    /// Applies set operations on the blocking pool.
+    pub(super) async fn apply_sets(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
+        let job = set_job(ops);
+        let indices = job.ops.clone();
+        match super::blocking("sets", move || run_sets(job)).await {
+            Ok(done) => applied.merge(done),
+            Err(e) => {
+                let e = Arc::new(e);
+                applied
+                    .failed
+                    .extend(indices.into_iter().map(|i| (i, Error::Shared(e.clone()))));
+            }
+        }
+    }
+}
+
+/// Reads the agent's sets of `families`.
+fn read_sets(families: &[Family]) -> Result<BTreeMap<String, Set>, Error> {
+    let mut session = ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
+    let mut out = BTreeMap::new();
+    for family in families {
+        for def in sets::ALL {
+            let name = set_name(def, *family);
+            let set_name = ipset::SetName::new(name.clone()).map_err(|e| ipset_error(&name, e))?;
+            if session
+                .header(&set_name)
+                .map_err(|e| ipset_error(&name, e))?
+                .is_none()
+            {
+                continue;
+            }
+            let set = session
+                .save_set(&set_name)
+                .map_err(|e| ipset_error(&name, e))?;
+            let Some(kind) = set_kind(set.header.set_type) else {
+                // A foreign type under one of our names: report it as a type we never use
+                // so the plan leaves it alone and says so.
                 out.insert(
                     name,
                     Set {
-                        kind,
+                        kind: SetKind::HashIp,
                         family: *family,
-                        entries,
+                        entries: Default::default(),
                     },
                 );
-            }
+                continue;
+            };
+            let entries = set
+                .members
+                .iter()
+                .filter_map(|m| set_entry(&m.entry))
+                .collect();
+            out.insert(
+                name,
+                Set {
+                    kind,
+                    family: *family,
+                    entries,
+                },
+            );
         }
-        Ok(out)
     }
-
-    pub(super) fn apply_sets(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
-        applied.merge(run_sets(set_job(ops)));
-    }
+    Ok(out)
 }
 
 /// Destroys the set `name`.
