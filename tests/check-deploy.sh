@@ -6,7 +6,8 @@
 #      (unknown fields are errors), offline (kubernetes-validate from PyPI ships them);
 #   4. the ConfigMap's KubeProxyConfiguration is accepted by the agent itself
 #      (--write-config-to), when a kube-proxy-ipvs binary is built;
-#   5. the init container's sysctl script does what the agent wants on a fake /proc/sys.
+#   5. the init container's sysctl script does what the agent wants on a fake /proc/sys, and
+#      refuses hostile lines (tests/init-sysctls-test.sh).
 # Installs ruby and shellcheck (apt-get) and kubernetes-validate (pip) when missing; needs
 # root for that. Exits non-zero on any failure, after a one-line summary per check.
 #
@@ -62,6 +63,7 @@ fi
 mapfile -t scripts < <({
     find deploy vagrant -type f -name '*.sh' -not -path '*/.vagrant/*' -not -path '*/.build/*'
     echo tests/check-deploy.sh
+    echo tests/init-sysctls-test.sh
 } | sort -u)
 bad=()
 for s in "${scripts[@]}"; do
@@ -124,17 +126,24 @@ done
 extract sysctls >"$tmp/sysctls"
 want_max=$((32768 * $(nproc)))
 [ "$want_max" -ge 131072 ] || want_max=131072
-if PROC_SYS=$fake sh deploy/init-sysctls.sh "$tmp/sysctls" >"$tmp/sysctls.log" 2>&1 &&
+# MODPROBE: the host's modules are not this check's to load.
+if PROC_SYS=$fake MODPROBE=true sh deploy/init-sysctls.sh "$tmp/sysctls" >"$tmp/sysctls.log" 2>&1 &&
     [ "$(cat "$fake/net/ipv4/vs/conntrack")" = 1 ] &&
     [ "$(cat "$fake/net/ipv4/ip_forward")" = 1 ] &&
     [ "$(cat "$fake/net/netfilter/nf_conntrack_max")" = "$want_max" ] &&
     rm -r "$fake/net/ipv4/vs" &&
-    ! PROC_SYS=$fake sh deploy/init-sysctls.sh "$tmp/sysctls" >>"$tmp/sysctls.log" 2>&1 &&
+    ! PROC_SYS=$fake MODPROBE=false sh deploy/init-sysctls.sh "$tmp/sysctls" >>"$tmp/sysctls.log" 2>&1 &&
     grep -q 'ip_vs module is not loaded' "$tmp/sysctls.log"; then
     record init-sysctls PASS "writes the list; fails clearly without ip_vs"
 else
     cat "$tmp/sysctls.log"
     record init-sysctls FAIL "deploy/init-sysctls.sh on a fake /proc/sys"
+fi
+if out=$(bash tests/init-sysctls-test.sh 2>&1); then
+    record init-sysctls-hostile PASS "${out#init-sysctls-test: }"
+else
+    echo "$out"
+    record init-sysctls-hostile FAIL "tests/init-sysctls-test.sh"
 fi
 
 echo

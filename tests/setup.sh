@@ -9,6 +9,8 @@ packages=(
     ipvsadm ipset iptables nftables conntrack iproute2 dash bash coreutils util-linux ca-certificates
     # the test control plane's certificates (lab::controlplane)
     openssl
+    # tests/check-deploy.sh: shellcheck of every script, ruby -c of the Vagrantfile
+    shellcheck ruby
     # crates/ipset: libipset and bindgen's libclang
     libipset-dev pkg-config libclang-dev clang
 )
