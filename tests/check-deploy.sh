@@ -64,6 +64,7 @@ mapfile -t scripts < <({
     find deploy vagrant -type f -name '*.sh' -not -path '*/.vagrant/*' -not -path '*/.build/*'
     echo tests/check-deploy.sh
     echo tests/init-sysctls-test.sh
+    echo tests/check-swap.sh
 } | sort -u)
 bad=()
 for s in "${scripts[@]}"; do

@@ -26,6 +26,8 @@ cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
 bash tests/peers/build.sh >/dev/null
+step "the swap guide's commands against the real kube-apiserver (deploy/swap.sh)"
+bash tests/check-swap.sh --binary target/debug/kube-proxy-ipvs
 step "kernel tests in the lab (with the real control plane; the differential corpus's ci scenarios)"
 # 2 GiB: the payload carries upstream kube-proxy, which the corpus runs beside the agent.
 cargo run --quiet -p lab -- test --release --memory 2048

@@ -8,7 +8,11 @@
 #    Service the agent programs), and requests spread over its three endpoints;
 # 3. its NodePort answers from outside the cluster on every node (from this host when it
 #    can reach the private network, else from the control plane to each worker);
-# 4. `ipvsadm -ln` on each node shows the Service's virtual server and its real servers.
+# 4. `ipvsadm -ln` on each node shows the Service's virtual server and its real servers;
+# 5. scaled to 5 replicas and back to 2, every node's IPVS follows (5, then 2 real servers);
+# 6. a LoadBalancer Service with externalTrafficPolicy: Local answers on its health-check node
+#    port of every node as kube-proxy does: 200 with the node's count of local endpoints where
+#    it has some, 503 where it has none.
 # The test's namespace is deleted at the end unless --keep is given.
 set -uo pipefail
 
@@ -122,6 +126,67 @@ for node in "${nodes[@]}"; do
         ok "$node: NodePort $node_port virtual servers"
     else
         bad "$node: no NodePort $node_port virtual server"
+    fi
+done
+
+real_servers() { # node -> the Masq real servers of the ClusterIP's virtual server
+    on "$1" "sudo ipvsadm -ln" | grep -A20 -F "TCP  $cluster_ip:8080 rr" | tail -n +2 |
+        sed '/^[A-Z]/,$d' | grep -c -- '->.*Masq'
+}
+
+echo "== IPVS follows a scaled Deployment"
+for replicas in 5 2; do
+    k -n "$ns" scale deployment/web --replicas="$replicas" >/dev/null
+    if ! k -n "$ns" rollout status deployment/web --timeout=5m >/dev/null; then
+        bad "web did not reach $replicas replicas"
+        continue
+    fi
+    # Terminating pods leave their endpoints when they are gone: give the agent a little time.
+    for node in "${nodes[@]}"; do
+        got=
+        for _ in $(seq 1 30); do
+            got=$(real_servers "$node")
+            [ "$got" = "$replicas" ] && break
+            sleep 2
+        done
+        if [ "$got" = "$replicas" ]; then
+            ok "$node: $replicas real servers after scaling to $replicas"
+        else
+            bad "$node: $got real servers after scaling to $replicas"
+        fi
+    done
+done
+
+echo "== externalTrafficPolicy: Local and its health-check node port"
+hc_port=32080
+on cp "cat <<'YAML' | kubectl -n $ns apply -f -
+apiVersion: v1
+kind: Service
+metadata: {name: local}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  healthCheckNodePort: $hc_port
+  selector: {app: web}
+  ports: [{port: 8080, targetPort: 8080, nodePort: 30081}]
+YAML" >/dev/null
+sleep 5
+for i in "${!nodes[@]}"; do
+    node=${nodes[$i]}
+    ip="$net.$((10 + i))"
+    local_pods=$(k -n "$ns" get pods -l app=web --field-selector "spec.nodeName=$node,status.phase=Running" -o name | grep -c . || true)
+    # From cp: the host may not reach the private network.
+    answer=$(on cp "curl -s --max-time 5 -w ' %{http_code}' http://$ip:$hc_port/healthz")
+    code=${answer##* }
+    if [ "$local_pods" -gt 0 ]; then
+        want=200
+    else
+        want=503
+    fi
+    if [ "$code" = "$want" ] && printf '%s' "$answer" | grep -q "\"localEndpoints\": *$local_pods"; then
+        ok "$node: health-check port $hc_port answers $code with $local_pods local endpoint(s)"
+    else
+        bad "$node: health-check port $hc_port: '$answer', want $want with $local_pods local endpoint(s)"
     fi
 done
 

@@ -1,17 +1,21 @@
 #!/bin/bash
-# Every node: kernel modules and sysctls (ip_vs loaded by the node, as the agent expects),
-# containerd, kubeadm/kubelet/kubectl from pkgs.k8s.io, the stock IPVS tools, and the
-# kube-proxy-ipvs image in containerd's k8s.io namespace.
+# Every node: kernel modules and sysctls, containerd 2, runc and the CNI plugins (pinned
+# releases), kubeadm/kubelet/kubectl from pkgs.k8s.io, the stock IPVS tools, and the
+# kube-proxy-ipvs image, built here from the sources, in containerd's k8s.io namespace.
 #
-#   common.sh NODE_IP K8S_VERSION
+#   common.sh NODE_IP K8S_VERSION CONTAINERD_VERSION RUNC_VERSION CNI_PLUGINS_VERSION
 set -euo pipefail
 
 node_ip=$1
 k8s_version=$2
+containerd_version=$3
+runc_version=$4
+cni_version=$5
 export DEBIAN_FRONTEND=noninteractive
 
 echo "== kernel modules and sysctls"
-# The agent never loads modules (its container has no SYS_MODULE): the node does, at boot.
+# The agent's init container loads the IPVS modules too; the node loads them at boot anyway,
+# for kubeadm's preflight and for a node whose init container is removed.
 cat >/etc/modules-load.d/kube-proxy-ipvs.conf <<'MODULES'
 overlay
 br_netfilter
@@ -39,30 +43,51 @@ sed -i '/\sswap\s/s/^[^#]/#&/' /etc/fstab
 echo "== packages"
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-    ca-certificates curl gpg apt-transport-https iptables ipset ipvsadm conntrack buildah >/dev/null
+    ca-certificates curl gpg apt-transport-https iptables ipset ipvsadm conntrack nftables buildah >/dev/null
 
-echo "== containerd (Docker's repository, 1.7)"
-install -d -m 0755 /etc/apt/keyrings
-. /etc/os-release
-curl -fsSL "https://download.docker.com/linux/${ID}/gpg" | gpg --dearmor --yes -o /etc/apt/keyrings/docker.gpg
-echo "deb [signed-by=/etc/apt/keyrings/docker.gpg] https://download.docker.com/linux/${ID} ${VERSION_CODENAME} stable" \
-    >/etc/apt/sources.list.d/docker.list
+# From the projects' releases, pinned and checked against their published checksums:
+# Kubernetes 1.36 supports containerd 2 only, which Debian bookworm does not package.
+fetch() { # url file: download, and check against url.sha256sum
+    curl -fsSL -o "$2" "$1"
+    curl -fsSL -o "$2.sha256sum" "$1.sha256sum"
+    (cd "$(dirname "$2")" && sed "s|  .*|  $(basename "$2")|" "$(basename "$2").sha256sum" | sha256sum -c --quiet -)
+}
+work=$(mktemp -d)
+echo "== containerd $containerd_version, runc $runc_version, CNI plugins $cni_version"
+if ! containerd --version 2>/dev/null | grep -q " v${containerd_version} "; then
+    fetch "https://github.com/containerd/containerd/releases/download/v${containerd_version}/containerd-${containerd_version}-linux-amd64.tar.gz" \
+        "$work/containerd.tar.gz"
+    tar -C /usr/local -xzf "$work/containerd.tar.gz"
+    curl -fsSL -o /etc/systemd/system/containerd.service \
+        "https://raw.githubusercontent.com/containerd/containerd/v${containerd_version}/containerd.service"
+fi
+curl -fsSL -o "$work/runc" "https://github.com/opencontainers/runc/releases/download/v${runc_version}/runc.amd64"
+curl -fsSL -o "$work/runc.sha256sum" "https://github.com/opencontainers/runc/releases/download/v${runc_version}/runc.sha256sum"
+(cd "$work" && grep ' runc.amd64$' runc.sha256sum | sed 's/runc.amd64$/runc/' | sha256sum -c --quiet -)
+install -m 0755 "$work/runc" /usr/local/sbin/runc
+fetch "https://github.com/containernetworking/plugins/releases/download/v${cni_version}/cni-plugins-linux-amd64-v${cni_version}.tgz" \
+    "$work/cni.tgz"
+install -d /opt/cni/bin
+tar -C /opt/cni/bin -xzf "$work/cni.tgz"
+rm -rf "$work"
+
+install -d /etc/containerd
+containerd config default >/etc/containerd/config.toml
+sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
+grep -q 'SystemdCgroup = true' /etc/containerd/config.toml
+systemctl daemon-reload
+systemctl enable --now containerd >/dev/null
+systemctl restart containerd
 
 echo "== kubeadm, kubelet, kubectl $k8s_version (pkgs.k8s.io)"
+install -d -m 0755 /etc/apt/keyrings
 curl -fsSL "https://pkgs.k8s.io/core:/stable:/${k8s_version}/deb/Release.key" |
     gpg --dearmor --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
 echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/${k8s_version}/deb/ /" \
     >/etc/apt/sources.list.d/kubernetes.list
-
 apt-get update -qq
-apt-get install -y -qq 'containerd.io=1.7.*' kubelet kubeadm kubectl >/dev/null
-apt-mark hold containerd.io kubelet kubeadm kubectl >/dev/null
-
-containerd config default >/etc/containerd/config.toml
-sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
-grep -q 'SystemdCgroup = true' /etc/containerd/config.toml
-systemctl restart containerd
-systemctl enable --now containerd >/dev/null
+apt-get install -y -qq kubelet kubeadm kubectl >/dev/null
+apt-mark hold kubelet kubeadm kubectl >/dev/null
 
 # The node's address on the private network, not the NAT one every machine shares.
 echo "KUBELET_EXTRA_ARGS=--node-ip=${node_ip}" >/etc/default/kubelet
@@ -72,11 +97,12 @@ echo "== the kube-proxy-ipvs image"
 image=localhost/kube-proxy-ipvs:dev
 archive=/src/vagrant/.build/kube-proxy-ipvs.tar
 if [ ! -f "$archive" ]; then
-    # No archive from the host: build the image here from the staged binary.
+    # No archive from the host: build the image here from the rsynced sources (the
+    # Containerfile compiles the agent in a builder stage; the host needs no toolchain).
     archive=/var/tmp/kube-proxy-ipvs.tar
-    # (--network=host: the build's apt-get uses the VM's network, no CNI set-up for buildah.)
-    /src/deploy/build-image.sh --binary /src/vagrant/.build/kube-proxy-ipvs --tag "$image" --save "$archive" \
-        -- --network=host
+    # (--network=host: the build's apt-get and cargo use the VM's network, no CNI set-up for
+    # buildah.)
+    /src/deploy/build-image.sh --tag "$image" --save "$archive" -- --network=host
 fi
 ctr --namespace k8s.io images import "$archive" >/dev/null
 ctr --namespace k8s.io images ls -q | grep -qx "$image"
