@@ -136,7 +136,14 @@ pub struct Object {
 /// Parses a multi-document YAML string of Services and EndpointSlices.
 pub fn objects(yaml: &str) -> Result<Vec<Object>> {
     let mut out = Vec::new();
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).context("documents")?;
+    // The e2e bursts hold thousands of documents, beyond serde-saphyr's default budget (1,024).
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_documents: 1_000_000,
+        },
+    };
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(yaml, options).context("documents")?;
     for (i, mut body) in docs.into_iter().enumerate() {
         if body.is_null() {
             continue;
@@ -271,4 +278,15 @@ pub fn load_all() -> Result<Vec<Scenario>> {
         .collect();
     paths.sort();
     paths.iter().map(|p| load(p)).collect()
+}
+
+#[cfg(test)]
+mod many_documents {
+    /// The e2e bursts hold thousands of documents: more than serde-saphyr's default budget.
+    #[test]
+    fn thousands_of_documents_are_read() {
+        let one = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: default}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n";
+        let text = vec![one; 5000].join("---\n");
+        assert_eq!(super::objects(&text).unwrap().len(), 5000);
+    }
 }
