@@ -639,6 +639,15 @@ fn watch_restarts_and_gone_never_remove_a_service() {
     let lists_before = server.lists(Resource::Services) + server.lists(Resource::EndpointSlices);
     let mut slowest = Duration::ZERO;
     for (round, (what, fault)) in faults.iter().enumerate() {
+        // A watch being re-opened after the last round, from the current resourceVersion,
+        // would not be told of the fault: wait until both are streaming.
+        assert!(
+            server.wait_for_watches(
+                &[Resource::Services, Resource::EndpointSlices],
+                Duration::from_secs(30)
+            ),
+            "{what}: the agent does not watch every resource"
+        );
         fault(&server);
         svcs[0].pods = vec![round % 3];
         server.apply(svcs[0].slice());
