@@ -1,5 +1,6 @@
 //! Removes what kube-proxy's iptables and nftables modes left on the node (see
-//! [`crate::model::leftovers`] for what and why), once per family, when the agent starts.
+//! [`crate::model::leftovers`] for what and why), once per family, at the agent's first
+//! write of its rules.
 
 use std::process::Command;
 

@@ -7,7 +7,7 @@
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`families`][]: which IP families the host can serve.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
-//! - [`leftovers`][]: kube-proxy iptables and nftables modes' rules, removed at start.
+//! - [`leftovers`][]: kube-proxy iptables and nftables modes' rules, removed at the first sync.
 //! - [`modules`][]: scheduler modules IPVS must not load itself.
 //! - [`sysctl`][]: `/proc/sys`.
 //! - [`memory`][]: an in-memory kernel for tests.

@@ -124,7 +124,7 @@ impl Kernel {
 
     /// Removes what kube-proxy's iptables and nftables modes left in `family`, until a pass
     /// finds nothing left that waits for the agent's own rules (a failure is logged and tried
-    /// again at the next chance: the agent serves with or without it).
+    /// again at the next write: the agent serves with or without it).
     async fn sweep_other_modes(&mut self, family: Family) {
         if self.swept.contains(&family) {
             return;
@@ -235,7 +235,11 @@ impl Kernel {
                 })
                 .await??;
                 self.written.record(family, (**rules).clone(), &seen);
-                // Our chains no longer jump to iptables mode's: they can go now.
+                // At the first write of a family, once our chains no longer jump to iptables
+                // mode's. Another mode that ran here always left our chains different from
+                // what we want (iptables mode rewrote the shared ones, nftables mode deleted
+                // them), so its leftovers never go unnoticed. Not on `--cleanup`, which
+                // removes only what the agent owns.
                 self.sweep_other_modes(family).await;
                 Ok(())
             }
@@ -311,9 +315,6 @@ impl Kernel {
         state.sets = self.observe_sets().await?;
         debug!(elapsed = ?t.elapsed(), "observed sets");
         for family in self.families.clone() {
-            // Before reading our rules, as kube-proxy's IPVS mode removes nftables mode's
-            // table when it starts.
-            self.sweep_other_modes(family).await;
             let backend = self.backend;
             let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
             state
