@@ -17,7 +17,7 @@ use super::iptables::{self, Backend};
 pub struct Removed {
     /// iptables mode's chains and jumps deleted.
     pub iptables: Sweep,
-    /// Whether nftables mode's table of the family was deleted.
+    /// Whether one of nftables mode's tables was deleted.
     pub nftables_table: bool,
     /// Whether a chain of iptables mode is still there because one of the agent's own chains
     /// jumps to it: the pass is to be repeated after the agent's next write.
@@ -25,7 +25,9 @@ pub struct Removed {
 }
 
 /// Removes iptables mode's chains of `family` (on `backend`: the rules another mode wrote
-/// live where the node's iptables does) and nftables mode's `kube-proxy` table of `family`.
+/// live where the node's iptables does) and nftables mode's `kube-proxy` tables, of both
+/// families as kube-proxy's IPVS mode removes them (nftables mode may have served a family
+/// the agent does not).
 pub fn remove(backend: Backend, family: Family) -> Result<Removed, Error> {
     let save = iptables_save(backend, family)?;
     let swept = sweep(&save);
@@ -45,7 +47,10 @@ pub fn remove(backend: Backend, family: Family) -> Result<Removed, Error> {
             "removed kube-proxy iptables mode's leftovers"
         );
     }
-    let nftables_table = remove_nftables_table(family)?;
+    let mut nftables_table = false;
+    for family in [Family::V4, Family::V6] {
+        nftables_table |= remove_nftables_table(family)?;
+    }
     Ok(Removed {
         again: swept.waits_for_the_agent(),
         iptables: swept,
