@@ -58,6 +58,10 @@ enum Cmd {
         /// (repeatable): a benchmark's release build beside the tests' own.
         #[arg(long = "exe")]
         executables: Vec<PathBuf>,
+        /// Also write the summary table (`lab::report`) to this file, as the document
+        /// `RELIABILITY.md` (see README.md, "The reliability table").
+        #[arg(long, value_name = "PATH")]
+        reliability_table: Option<PathBuf>,
         /// Arguments for every libtest binary (a name filter, --nocapture, ...).
         #[arg(last = true)]
         test_args: Vec<String>,
@@ -166,6 +170,7 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
             release,
             control_plane,
             executables,
+            reliability_table,
             test_args,
         } => {
             let image = Image::ensure()?;
@@ -195,7 +200,7 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
                 // Only the pc machine has a network device to reach the host with.
                 config.machine = Machine::Pc;
             }
-            let out = suite::run(
+            let (out, table) = suite::run(
                 &image,
                 &build,
                 &test_args,
@@ -203,6 +208,27 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
                 cp.as_ref().map(|c| c.dir()),
             )?;
             drop(cp);
+            if let Some(path) = &reliability_table {
+                let Some(table) = table else {
+                    return Err(lab::Error::Failed(
+                        "--reliability-table: no test wrote a row".into(),
+                    ));
+                };
+                let doc = lab::report::document(&table, &image.kernel_release);
+                std::fs::write(path, doc)
+                    .map_err(|e| lab::Error::Setup(format!("{}: {e}", path.display())))?;
+                let problems = lab::report::problems(&table);
+                eprintln!(
+                    "lab: reliability table written to {} ({} problem(s){})",
+                    path.display(),
+                    problems.len(),
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", problems.join("; "))
+                    }
+                );
+            }
             report(&out, t0);
             Ok(if out.exit_code == 0 {
                 ExitCode::SUCCESS

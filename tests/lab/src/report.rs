@@ -1,10 +1,16 @@
 //! A summary table of what kernel tests tried and what they lost, printed by `lab test` after
-//! the last test binary (the reliability suite's table).
+//! the last test binary (the reliability suite's table), and written to `RELIABILITY.md` at
+//! the repository root by `lab test --reliability-table RELIABILITY.md`.
 //!
 //! A test opens a [`Row`], fills in what it tried and what was lost as it goes, and the row is
 //! written when it is dropped: `pass` when the test got there, `FAILED` when the test panicked
 //! (so a failing test still shows what it had tried). Rows from tests running in parallel are
 //! appended to one file with single `write` calls, so they never interleave.
+//!
+//! Every row is one of [`SCENARIOS`]: a row of another name panics when it is opened, and the
+//! host test `the_committed_table_has_one_row_per_scenario` fails while the committed
+//! `RELIABILITY.md` lacks a scenario's row (or keeps one the suite no longer has), so an
+//! operator reading that file reads the whole suite.
 
 use std::io::Write;
 
@@ -13,6 +19,73 @@ pub const REPORT_FILE: &str = "/run/lab-report.md";
 
 /// The table's header, as printed above the rows.
 pub const HEADER: &str = "| area | scenario | tried | lost | result |\n|---|---|---|---|---|";
+
+/// The line `lab test` prints above the table.
+pub const TITLE: &str = "Summary table (lab::report):";
+
+/// The reliability suite's scenarios, `(area, scenario)`: one row each in the table.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("api", "outage of the API server"),
+    ("api", "410 Gone and dropped watches"),
+    ("api", "partial lists (pages of 7)"),
+    ("api", "burst of 10,000 events"),
+    (
+        "bad input",
+        "malformed Services and EndpointSlices beside good ones",
+    ),
+    ("crash", "kill -9 during a cold sync, restart"),
+    ("crash", "kill -9 during a cold sync of 300 Services"),
+    ("drift", "ipvsadm -D of a virtual server"),
+    ("drift", "ipvsadm -e of a real server's weight"),
+    ("drift", "ipset flush KUBE-CLUSTER-IP"),
+    ("drift", "ipset add of a foreign entry to KUBE-CLUSTER-IP"),
+    (
+        "drift",
+        "ipset destroy KUBE-IPVS-OWNED (no rule matches it)",
+    ),
+    (
+        "drift",
+        "ipset destroy KUBE-NODE-PORT-TCP after deleting the rule that matches it",
+    ),
+    (
+        "drift",
+        "iptables -D of the PREROUTING -> KUBE-SERVICES jump",
+    ),
+    (
+        "drift",
+        "iptables -F + -X of KUBE-POSTROUTING after deleting its POSTROUTING jump",
+    ),
+    (
+        "drift",
+        "iptables -F + -X of KUBE-LOAD-BALANCER (nothing jumps to it)",
+    ),
+    ("drift", "iptables -F of KUBE-FORWARD (filter)"),
+    ("drift", "ip addr del of a ClusterIP from kube-ipvs0"),
+    ("drift", "ip link del kube-ipvs0"),
+    ("drift", "sysctl net.ipv4.vs.conntrack=0"),
+    (
+        "injection",
+        "hostile names, namespaces, port names, annotations",
+    ),
+    ("kernel refusal", "scheduler module missing"),
+    ("kernel refusal", "ipset at maxelem"),
+    (
+        "kernel hazard",
+        "lblc module not loaded (IPVS would load it under its lock)",
+    ),
+    (
+        "kernel hazard",
+        "another namespace adding and deleting virtual servers during our dumps",
+    ),
+    (
+        "privilege",
+        "only CAP_NET_ADMIN + CAP_NET_RAW (uid 0 and uid 65534)",
+    ),
+    ("restart", "SIGTERM restart"),
+    ("restart", "kill -9 restart"),
+    ("restart", "binary upgrade"),
+    ("restart", "restart with a Service changed while down"),
+];
 
 /// One row of the summary table, written when dropped.
 #[derive(Debug)]
@@ -24,8 +97,19 @@ pub struct Row {
 }
 
 impl Row {
-    /// A row for `scenario` of `area`, with nothing tried yet.
+    /// A row for `scenario` of `area`, with nothing tried yet. Panics when the pair is not
+    /// one of [`SCENARIOS`]: a new scenario is added there, and its row to `RELIABILITY.md`
+    /// by the next full run.
     pub fn new(area: &str, scenario: &str) -> Row {
+        assert!(
+            SCENARIOS.contains(&(area, scenario)),
+            "the reliability scenario ({area:?}, {scenario:?}) is not in lab::report::SCENARIOS: \
+             add it there, and its row to RELIABILITY.md from a full run (README.md, \"The reliability table\")"
+        );
+        Row::unlisted(area, scenario)
+    }
+
+    fn unlisted(area: &str, scenario: &str) -> Row {
         Row {
             area: area.into(),
             scenario: scenario.into(),
@@ -81,8 +165,105 @@ impl Drop for Row {
 pub fn print_script() -> String {
     let header = HEADER.replace('\n', "\\n");
     format!(
-        "if [ -s {REPORT_FILE} ]; then\n  echo\n  echo 'Summary table (lab::report):'\n  printf '{header}\\n'\n  sort {REPORT_FILE}\nfi\n"
+        "if [ -s {REPORT_FILE} ]; then\n  echo\n  echo '{TITLE}'\n  printf '{header}\\n'\n  sort {REPORT_FILE}\nfi\n"
     )
+}
+
+/// Collects the table from the lines `lab test` streams: the header and the rows after
+/// [`TITLE`], up to the first line that is not a table line.
+#[derive(Debug, Default)]
+pub struct Collector {
+    started: bool,
+    done: bool,
+    lines: Vec<String>,
+}
+
+impl Collector {
+    /// Takes one line of the guest's output.
+    pub fn line(&mut self, line: &str) {
+        if self.done {
+            return;
+        }
+        if !self.started {
+            self.started = line.trim_end() == TITLE;
+        } else if line.starts_with('|') {
+            self.lines.push(line.trim_end().to_string());
+        } else if !self.lines.is_empty() {
+            self.done = true;
+        }
+    }
+
+    /// The table (header and rows), if the run printed one.
+    pub fn table(&self) -> Option<String> {
+        (!self.lines.is_empty()).then(|| self.lines.join("\n") + "\n")
+    }
+}
+
+/// The `RELIABILITY.md` file for `table`: what it is and how it was made, then the table.
+pub fn document(table: &str, kernel: &str) -> String {
+    format!(
+        "# Reliability\n\n\
+         What the reliability suite (`crates/agent/tests/reliability/` and two kernel tests of\n\
+         `crates/agent/tests/lab.rs`) did to the agent in the lab VM (kernel {kernel}) and what was\n\
+         lost: one row per scenario, the last column the verdict (`pass`, or `FAILED` when the\n\
+         test failed). Written by `lab test --reliability-table RELIABILITY.md` (README.md, \"The\n\
+         reliability table\"); `tests/run.sh` checks that it has one row per scenario of the suite.\n\n\
+         {table}"
+    )
+}
+
+/// The rows of a table: `(area, scenario, result)`, cells unescaped.
+pub fn rows(table: &str) -> Vec<(String, String, String)> {
+    table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| area |"))
+        .filter_map(|l| {
+            // Split on "|" not escaped as "\|".
+            let mut cells = Vec::new();
+            let mut cell = String::new();
+            let mut chars = l.trim().trim_start_matches('|').chars().peekable();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' if chars.peek() == Some(&'|') => {
+                        cell.push('|');
+                        chars.next();
+                    }
+                    '|' => cells.push(std::mem::take(&mut cell).trim().to_string()),
+                    _ => cell.push(c),
+                }
+            }
+            (cells.len() == 5).then(|| (cells[0].clone(), cells[1].clone(), cells[4].clone()))
+        })
+        .collect()
+}
+
+/// What is wrong with `table` as the suite's whole table: a scenario without its row, a row
+/// twice, a row of no scenario, a row without a verdict. Empty when it is right.
+pub fn problems(table: &str) -> Vec<String> {
+    let rows = rows(table);
+    let mut out = Vec::new();
+    for (area, scenario) in SCENARIOS {
+        match rows
+            .iter()
+            .filter(|(a, s, _)| a == area && s == scenario)
+            .count()
+        {
+            1 => {}
+            0 => out.push(format!("no row for ({area:?}, {scenario:?})")),
+            n => out.push(format!("{n} rows for ({area:?}, {scenario:?})")),
+        }
+    }
+    for (area, scenario, result) in &rows {
+        if !SCENARIOS.contains(&(area.as_str(), scenario.as_str())) {
+            out.push(format!(
+                "a row for ({area:?}, {scenario:?}), which is no scenario of the suite"
+            ));
+        }
+        if result != "pass" && result != "FAILED" {
+            out.push(format!("({area:?}, {scenario:?}): verdict {result:?}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -91,10 +272,79 @@ mod tests {
 
     #[test]
     fn a_row_escapes_its_cells() {
-        let mut row = Row::new("drift", "a | b");
+        let mut row = Row::unlisted("drift", "a | b");
         row.tried("x\ny");
         assert_eq!(row.line("pass"), "| drift | a \\| b | x y | - | pass |\n");
         std::mem::forget(row);
+    }
+
+    #[test]
+    fn a_row_of_no_scenario_panics() {
+        let opened = std::panic::catch_unwind(|| {
+            std::mem::forget(Row::new("drift", "something new"));
+        });
+        assert!(opened.is_err());
+    }
+
+    #[test]
+    fn rows_are_read_back_with_their_escapes() {
+        let mut row = Row::unlisted("drift", "a | b");
+        row.tried("t");
+        let table = format!("{HEADER}\n{}", row.line("pass"));
+        std::mem::forget(row);
+        assert_eq!(
+            rows(&table),
+            [("drift".to_string(), "a | b".to_string(), "pass".to_string())]
+        );
+    }
+
+    #[test]
+    fn the_collector_takes_the_table_after_its_title() {
+        let mut c = Collector::default();
+        for l in [
+            "| not this |",
+            TITLE,
+            "| area | x |",
+            "|---|",
+            "| a | b |",
+            "lab: VM",
+            "| no |",
+        ] {
+            c.line(l);
+        }
+        assert_eq!(c.table().unwrap(), "| area | x |\n|---|\n| a | b |\n");
+    }
+
+    #[test]
+    fn a_table_missing_a_scenario_or_with_an_unknown_one_has_problems() {
+        let full: String = SCENARIOS
+            .iter()
+            .map(|(a, s)| Row::unlisted(a, s))
+            .map(|r| {
+                let line = r.line("pass");
+                std::mem::forget(r);
+                line
+            })
+            .collect();
+        assert_eq!(problems(&full), Vec::<String>::new());
+        let first = full.lines().next().unwrap();
+        let missing = full.replacen(&format!("{first}\n"), "", 1);
+        assert_eq!(problems(&missing).len(), 1, "{:?}", problems(&missing));
+        let extra = format!("{full}| drift | rm -rf / | - | - | pass |\n");
+        assert_eq!(problems(&extra).len(), 1);
+    }
+
+    /// The committed `RELIABILITY.md` (repository root) has one row per scenario of the suite.
+    #[test]
+    fn the_committed_table_has_one_row_per_scenario() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../RELIABILITY.md");
+        let text = std::fs::read_to_string(path).expect("RELIABILITY.md at the repository root");
+        let problems = problems(&text);
+        assert!(
+            problems.is_empty(),
+            "RELIABILITY.md does not match the reliability suite (rerun it: README.md, \"The reliability table\"):\n{}",
+            problems.join("\n")
+        );
     }
 
     #[test]

@@ -101,7 +101,8 @@ fn package_name(id: &str) -> String {
 }
 
 /// Runs the built tests in one VM; `test_args` go to every libtest binary (a filter,
-/// `--nocapture`...). Returns the VM's outcome; its exit code is 0 when every binary passed.
+/// `--nocapture`...). Returns the VM's outcome (its exit code is 0 when every binary passed)
+/// and the summary table of [`crate::report`], when a test wrote a row.
 ///
 /// With a `control_plane` directory (see [`crate::controlplane`]), its files (certificates,
 /// kubeconfigs, endpoints) go into the guest at the same path, named by `LAB_CONTROL_PLANE`.
@@ -111,7 +112,7 @@ pub fn run(
     test_args: &[String],
     config: &Config,
     control_plane: Option<&Path>,
-) -> Result<Outcome> {
+) -> Result<(Outcome, Option<String>)> {
     let mut payload = Payload::new(image);
     for p in &build.programs {
         payload.add_executable(p)?;
@@ -173,7 +174,12 @@ pub fn run(
     script.push_str(&crate::report::print_script());
     script.push_str("exit $rc\n");
     payload.add_data("/lab/run", 0o755, script)?;
-    vm::run(image, &payload, config, |line| println!("{line}"))
+    let mut table = crate::report::Collector::default();
+    let outcome = vm::run(image, &payload, config, |line| {
+        table.line(line);
+        println!("{line}");
+    })?;
+    Ok((outcome, table.table()))
 }
 
 /// Quotes a word for `/bin/sh`.

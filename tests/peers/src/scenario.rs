@@ -37,6 +37,10 @@ pub struct Scenario {
     /// starts on state the real kube-proxy wrote.
     #[serde(default)]
     pub takeover: bool,
+    /// The mode of the takeover's kube-proxy: `ipvs` (the default), or `iptables` or
+    /// `nftables` for a node swapped from a stock cluster, whose rules the agent must remove.
+    #[serde(default)]
+    pub takeover_mode: Option<String>,
     /// Objects (`Kind/name`) deleted once the takeover's kube-proxy has stopped and before
     /// either program starts: what it left for them is the agent's to remove.
     #[serde(default)]
@@ -207,6 +211,18 @@ impl Scenario {
         }
         if !self.deleted_before_start.is_empty() && !self.takeover {
             bail!("deleted_before_start: only with takeover: true");
+        }
+        if let Some(mode) = &self.takeover_mode {
+            if !self.takeover {
+                bail!("takeover_mode: only with takeover: true");
+            }
+            if !["ipvs", "iptables", "nftables"].contains(&mode.as_str()) {
+                bail!("takeover_mode {mode:?}: ipvs, iptables or nftables");
+            }
+            // The harness writes `mode: ipvs` into a config file, which wins over the flag.
+            if self.config.is_some() && mode != "ipvs" {
+                bail!("takeover_mode {mode:?}: not with a config file");
+            }
         }
         for a in self
             .node

@@ -12,6 +12,7 @@ mod api;
 mod beside;
 mod e2e;
 mod node;
+mod other_modes;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -188,12 +189,23 @@ impl Pair {
         if s.takeover {
             // The real kube-proxy programs the agent's namespace first and is stopped there.
             let t = SystemTime::now();
+            let mode = s.takeover_mode.as_deref().unwrap_or("ipvs");
+            let takeover_args: Vec<String> = kp_args
+                .iter()
+                .map(|a| match a.as_str() {
+                    "--proxy-mode=ipvs" => format!("--proxy-mode={mode}"),
+                    _ => a.clone(),
+                })
+                .collect();
             let mut before = ag.start(
                 kube_proxy_bin,
-                &kp_args,
+                &takeover_args,
                 &dir.join("takeover-kube-proxy.log"),
             )?;
-            ag.wait_synced(&mut before, t, SYNC_LIMIT)?;
+            // The other modes, alone in the namespace, may never report an IPv6 sync (the
+            // scenarios' objects are IPv4).
+            let family = (mode != "ipvs").then_some("IPv4");
+            ag.wait_synced_of(&mut before, t, SYNC_LIMIT, family)?;
             before.kill();
             cluster.delete(&s.deleted_before_start)?;
         }

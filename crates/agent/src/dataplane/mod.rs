@@ -7,6 +7,7 @@
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`families`][]: which IP families the host can serve.
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
+//! - [`leftovers`][]: kube-proxy iptables and nftables modes' rules, removed at the first sync.
 //! - [`modules`][]: scheduler modules IPVS must not load itself.
 //! - [`sysctl`][]: `/proc/sys`.
 //! - [`memory`][]: an in-memory kernel for tests.
@@ -16,6 +17,7 @@ pub mod conntrack;
 pub mod families;
 pub mod iptables;
 pub mod kernel;
+pub mod leftovers;
 pub mod link;
 pub mod memory;
 pub mod modules;

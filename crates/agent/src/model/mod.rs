@@ -12,6 +12,7 @@ pub mod endpoints;
 pub mod incremental;
 pub mod iptables;
 pub mod kernel;
+pub mod leftovers;
 pub mod op_kind;
 pub mod plan;
 pub mod priority;

@@ -124,8 +124,20 @@ impl NodeNs {
     /// [`NodeNs::wait_synced`]); with the oldest family's last sync and the health answer,
     /// for a message.
     pub fn sync_status(&self, since: SystemTime) -> (bool, Option<f64>, bool) {
+        self.sync_status_of(since, None)
+    }
+
+    /// As [`NodeNs::sync_status`], for one IP family (`IPv4` or `IPv6`, the `ip_family`
+    /// label) when `family` names one.
+    fn sync_status_of(&self, since: SystemTime, family: Option<&str>) -> (bool, Option<f64>, bool) {
         let since = secs(since);
-        let metrics = self.get("127.0.0.1:10249", "/metrics");
+        let metrics = self.get("127.0.0.1:10249", "/metrics").map(|(code, body)| {
+            let body = match family {
+                Some(f) => of_family(&body, f),
+                None => body,
+            };
+            (code, body)
+        });
         let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
         let caught_up = metrics
             .as_ref()
@@ -149,12 +161,25 @@ impl NodeNs {
         since: SystemTime,
         limit: Duration,
     ) -> Result<()> {
+        self.wait_synced_of(program, since, limit, None)
+    }
+
+    /// As [`NodeNs::wait_synced`], for one IP family when `family` names one (`IPv4` or
+    /// `IPv6`): kube-proxy's iptables and nftables modes, run alone in a namespace, may never
+    /// report a sync of a family that has no node address there.
+    pub fn wait_synced_of(
+        &self,
+        program: &mut Program,
+        since: SystemTime,
+        limit: Duration,
+        family: Option<&str>,
+    ) -> Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = program.child.try_wait()? {
                 bail!("{} exited ({status}):\n{}", program.name, program.tail(30));
             }
-            let (synced, last, healthy) = self.sync_status(since);
+            let (synced, last, healthy) = self.sync_status_of(since, family);
             if synced {
                 return Ok(());
             }
@@ -176,6 +201,16 @@ fn secs(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64()
+}
+
+/// The lines of `metrics` without an `ip_family` label or with `family` as its value.
+fn of_family(metrics: &str, family: &str) -> String {
+    let wanted = format!("ip_family=\"{family}\"");
+    metrics
+        .lines()
+        .filter(|l| !l.contains("ip_family=") || l.contains(&wanted))
+        .flat_map(|l| [l, "\n"])
+        .collect()
 }
 
 /// The oldest `kubeproxy_sync_proxy_rules_last_timestamp_seconds` sample (one per family).

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use self::ipvs::ipvs_error;
 use self::schedule::{Route, Stage, schedule};
@@ -76,6 +76,9 @@ pub struct Kernel {
     vips: Bindings,
     /// Scheduler modules loaded before IPVS's first use of them.
     modules: Preloader,
+    /// Families whose leftovers of kube-proxy's other modes are gone (see
+    /// [`super::leftovers`]).
+    swept: BTreeSet<Family>,
 }
 
 impl Kernel {
@@ -103,6 +106,7 @@ impl Kernel {
             vip_binding: VipBinding::default(),
             vips: Bindings::default(),
             modules: Preloader::default(),
+            swept: BTreeSet::new(),
         })
     }
 
@@ -116,6 +120,32 @@ impl Kernel {
     /// already bound).
     pub fn set_vip_binding(&mut self, mode: VipBinding) {
         self.vip_binding = mode;
+    }
+
+    /// Removes what kube-proxy's iptables and nftables modes left in `family`, until a pass
+    /// finds nothing left that waits for the agent's own rules (a failure is logged and tried
+    /// again at the next write: the agent serves with or without it).
+    async fn sweep_other_modes(&mut self, family: Family) {
+        if self.swept.contains(&family) {
+            return;
+        }
+        let backend = self.backend;
+        let removed = blocking("leftovers", move || {
+            super::leftovers::remove(backend, family)
+        })
+        .await;
+        match removed {
+            Ok(Ok(removed)) if !removed.again => {
+                self.swept.insert(family);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                warn!(error = %e, ?family, "cannot remove kube-proxy's other modes' leftovers; trying again at the next sync")
+            }
+            Err(e) => {
+                warn!(error = %e, ?family, "cannot remove kube-proxy's other modes' leftovers; trying again at the next sync")
+            }
+        }
     }
 
     /// The iptables backend in use.
@@ -205,6 +235,12 @@ impl Kernel {
                 })
                 .await??;
                 self.written.record(family, (**rules).clone(), &seen);
+                // At the first write of a family, once our chains no longer jump to iptables
+                // mode's. Another mode that ran here always left our chains different from
+                // what we want (iptables mode rewrote the shared ones, nftables mode deleted
+                // them), so its leftovers never go unnoticed. Not on `--cleanup`, which
+                // removes only what the agent owns.
+                self.sweep_other_modes(family).await;
                 Ok(())
             }
             Op::RemoveRules { family, rules } => {
