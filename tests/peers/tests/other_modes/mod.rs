@@ -138,8 +138,16 @@ fn a_node_kube_proxy_ran_in_iptables_or_nftables_mode_keeps_nothing_of_that_mode
         // iptables cannot delete a table.
         let diffs = pair.compare();
         let (unlisted, _) = compare::classify(&diffs, &known);
+        // iptables mode's localnet guard and the sysctl it guards stay (README, "The other
+        // modes' rules go"): the kubelet makes the same chain.
+        let kept = |d: &compare::Difference| {
+            mode == "iptables"
+                && (d.line.contains("KUBE-FIREWALL")
+                    || d.line.starts_with("net/ipv4/conf/all/route_localnet"))
+        };
         let unlisted: Vec<String> = unlisted
             .into_iter()
+            .filter(|d| !kept(d))
             .filter(|d| !d.section.contains("tables") || d.line.contains("KUBE-"))
             .map(|d| d.to_string())
             .collect();
