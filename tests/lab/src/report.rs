@@ -75,6 +75,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "kernel hazard",
+        "a Service annotated lblc, its module not loaded",
+    ),
+    (
+        "kernel hazard",
         "another namespace adding and deleting virtual servers during our dumps",
     ),
     (
