@@ -665,3 +665,119 @@ async fn master_alone_and_errors() {
         Err(api::Error::NoNodeName)
     ));
 }
+
+/// Waits until the Service watch streams (a 410 reaches it).
+async fn open_watch(server: &FakeApiServer) {
+    eventually("the Service watch open", || {
+        server.wait_for_watches(&[Resource::Services], Duration::ZERO)
+    })
+    .await;
+}
+
+/// The requests for `resource` that were lists (not watches).
+fn plain_lists(server: &FakeApiServer, resource: Resource) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == Some(resource) && !r.is_watch())
+        .count()
+}
+
+#[tokio::test]
+async fn the_initial_state_is_streamed_and_nothing_is_listed() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let mut agent = Agent::of(&server);
+    let c = agent.until("with web", has_service("web")).await;
+    assert_eq!(services(&c), ["web"]);
+    assert!(c.node.is_some());
+    assert_eq!(
+        agent.published().len(),
+        1,
+        "nothing before the end bookmarks"
+    );
+    for r in KINDS {
+        assert_eq!(plain_lists(&server, r), 0, "{r:?} was listed");
+        assert_eq!(server.lists(r), 1, "{r:?}: one streamed initial state");
+    }
+    // A relist after a 410 is streamed too.
+    open_watch(&server).await;
+    server.gone_for(Resource::Services);
+    server.apply(service("s5", "10.96.1.5", &[80]));
+    agent.until("with s5", has_service("s5")).await;
+    assert_eq!(server.lists(Resource::Services), 2);
+    assert_eq!(plain_lists(&server, Resource::Services), 0);
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_to_stream_is_listed() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    server.refuse_streaming_lists();
+    let mut agent = Agent::of(&server);
+    let c = agent.until("with web", has_service("web")).await;
+    assert_eq!(services(&c), ["web"]);
+    assert!(c.node.is_some());
+    for r in KINDS {
+        assert_eq!(
+            plain_lists(&server, r),
+            1,
+            "{r:?} listed once after the refusal"
+        );
+    }
+    // Listed for good: a relist after a 410 does not try streaming again.
+    let streamed = |s: &FakeApiServer| {
+        s.requests()
+            .iter()
+            .filter(|r| r.streams_initial_state())
+            .count()
+    };
+    let before = streamed(&server);
+    open_watch(&server).await;
+    server.gone_for(Resource::Services);
+    server.apply(service("s5", "10.96.1.5", &[80]));
+    agent.until("with s5", has_service("s5")).await;
+    assert_eq!(plain_lists(&server, Resource::Services), 2);
+    assert_eq!(streamed(&server), before);
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_streaming_is_listed_after_its_silence() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    server.ignore_streaming_lists();
+    let mut agent = Agent::start(
+        Watches::new(server.client(), NODE).stream_silence(Duration::from_millis(500)),
+    );
+    let c = agent.until("with web", has_service("web")).await;
+    assert_eq!(services(&c), ["web"]);
+    assert!(c.node.is_some());
+    assert_eq!(
+        agent.published().len(),
+        1,
+        "the objects streamed without an end were never published alone"
+    );
+    for r in KINDS {
+        assert_eq!(plain_lists(&server, r), 1, "{r:?} listed after the silence");
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_initial_state_cut_short_is_never_published() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    for i in 1..=6 {
+        server.apply(service(&format!("s{i}"), &format!("10.96.1.{i}"), &[80]));
+    }
+    server.truncate_next_lists(1);
+    let mut agent = Agent::of(&server);
+    let c = agent
+        .until("with every Service", |c| c.services.len() == 7)
+        .await;
+    assert!(c.node.is_some());
+    for snapshot in agent.published() {
+        assert_eq!(snapshot.services.len(), 7, "a partial state was published");
+    }
+    let cut = KINDS.into_iter().map(|r| server.lists(r)).sum::<usize>();
+    assert_eq!(cut, 4, "three streamed states and the one cut short, again");
+}

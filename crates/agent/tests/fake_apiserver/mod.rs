@@ -15,12 +15,17 @@
 //!   an object leaving (entering) the selector sent as DELETED (ADDED), BOOKMARK events on
 //!   demand when `allowWatchBookmarks=true`, `timeoutSeconds` honoured, and an ERROR event
 //!   with a `410 Gone` Status for a `resourceVersion` older than the compacted history;
+//! - streamed initial state (`sendInitialEvents=true`, WatchList): the objects as ADDED
+//!   events, then a BOOKMARK annotated `k8s.io/initial-events-end`, then live events
+//!   ([`FakeApiServer::refuse_streaming_lists`] answers such watches 422, as a server without
+//!   the feature does);
 //! - faults: [`FakeApiServer::gone`] (compacts the history and sends every open watch a 410),
 //!   [`FakeApiServer::drop_watches`] (cuts every open watch mid-stream, without the final
 //!   chunk), [`FakeApiServer::set_delay`] (a slow server), [`FakeApiServer::fail_next`]
 //!   (HTTP errors with a Status body), [`FakeApiServer::fail_next_pages`] (errors on the
 //!   pages after the first, mid-list), [`FakeApiServer::expire_continue_tokens`],
-//!   [`FakeApiServer::truncate_next_lists`] (a list body cut short) and
+//!   [`FakeApiServer::truncate_next_lists`] (a list body, or a streamed initial state, cut
+//!   short) and
 //!   [`FakeApiServer::outage`] (the server refuses connections, or hangs every request,
 //!   until [`FakeApiServer::end_outage`]).
 //!
@@ -117,6 +122,21 @@ impl Request {
             Some("true" | "1")
         )
     }
+
+    /// Whether it asks for the whole state: a list (or one of its pages), or a watch that
+    /// streams the initial state first (`sendInitialEvents=true`, the API server's WatchList).
+    pub fn is_initial_state(&self) -> bool {
+        !self.is_watch() || self.streams_initial_state()
+    }
+
+    /// Whether it is a watch with `sendInitialEvents=true`.
+    pub fn streams_initial_state(&self) -> bool {
+        self.is_watch()
+            && self
+                .query
+                .get("sendInitialEvents")
+                .is_some_and(|v| v == "true")
+    }
 }
 
 /// What open watches are told.
@@ -168,6 +188,8 @@ struct State {
     page_failures: Vec<u16>,
     expire_pages: usize,
     truncate_lists: usize,
+    refuse_streaming: bool,
+    ignore_streaming: bool,
     requests: Vec<Request>,
     /// Watches streaming events now (their backlog sent), by resource.
     watching: BTreeMap<Resource, usize>,
@@ -216,6 +238,8 @@ impl FakeApiServer {
             page_failures: Vec::new(),
             expire_pages: 0,
             truncate_lists: 0,
+            refuse_streaming: false,
+            ignore_streaming: false,
             requests: Vec::new(),
             watching: BTreeMap::new(),
         }));
@@ -444,12 +468,25 @@ impl FakeApiServer {
         self.state().requests.clone()
     }
 
-    /// How many list requests (pages included) were made for `resource`.
+    /// How many requests for the whole state of `resource` were made: lists (pages
+    /// included) and watches streaming the initial state.
     pub fn lists(&self, resource: Resource) -> usize {
         self.requests()
             .iter()
-            .filter(|r| r.resource == Some(resource) && !r.is_watch())
+            .filter(|r| r.resource == Some(resource) && r.is_initial_state())
             .count()
+    }
+
+    /// Answers watches that ask for the initial state (`sendInitialEvents=true`) with a
+    /// `422 Invalid`, as an API server without the WatchList feature does.
+    pub fn refuse_streaming_lists(&self) {
+        self.state().refuse_streaming = true;
+    }
+
+    /// Serves watches that ask for the initial state as a server too old to know
+    /// `sendInitialEvents` does: the objects as ADDED events, but never the end bookmark.
+    pub fn ignore_streaming_lists(&self) {
+        self.state().ignore_streaming = true;
     }
 
     /// Waits until each of `resources` has a watch streaming events (one that a
@@ -598,6 +635,7 @@ fn reason_phrase(code: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         410 => "Gone",
+        422 => "Unprocessable Entity",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -722,6 +760,16 @@ impl Connection {
                     .map_or("", String::as_str),
             ),
         };
+        if request.streams_initial_state() && self.state().refuse_streaming {
+            let body = status(
+                422,
+                "Invalid",
+                "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: \
+                 sendInitialEvents is forbidden for watch unless the WatchList feature gate \
+                 is enabled",
+            );
+            return respond(&mut stream, 422, &body).await;
+        }
         if request.is_watch() {
             self.watch(stream, &request, selection).await;
         } else {
@@ -841,11 +889,36 @@ impl Connection {
                     .map(|(_, o)| json!({"type": "ADDED", "object": o}))
                     .collect()),
             };
-            let backlog = backlog.map_err(|rv| {
+            let mut backlog = backlog.map_err(|rv| {
                 let message = format!("too old resource version: {rv} ({})", state.oldest);
                 json!({"type": "ERROR", "object": status(410, "Expired", &message)})
             });
+            // A streamed initial state ends with a bookmark that says so.
+            if request.streams_initial_state()
+                && !state.ignore_streaming
+                && let Ok(events) = &mut backlog
+            {
+                events.push(json!({
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": selection.resource.kind(),
+                        "apiVersion": selection.resource.api_version(),
+                        "metadata": {
+                            "resourceVersion": state.rv.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"},
+                        },
+                    },
+                }));
+            }
             (live, backlog)
+        };
+        // A streamed initial state counts as a list for truncate_next_lists: half of it is
+        // sent, then the connection closes.
+        let truncate = request.streams_initial_state() && {
+            let mut state = self.state();
+            let truncate = state.truncate_lists > 0;
+            state.truncate_lists = state.truncate_lists.saturating_sub(1);
+            truncate
         };
         let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
                     Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
@@ -860,10 +933,18 @@ impl Connection {
                 return;
             }
         };
-        for event in &backlog {
+        let sent = if truncate {
+            &backlog[..backlog.len() / 2]
+        } else {
+            &backlog[..]
+        };
+        for event in sent {
             if send_event(&mut stream, event).await.is_err() {
                 return;
             }
+        }
+        if truncate {
+            return;
         }
         let _streaming = Streaming::start(&self.state, selection.resource);
         let deadline = tokio::time::sleep(timeout);
