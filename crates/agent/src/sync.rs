@@ -202,6 +202,7 @@ impl<D: Dataplane> Syncer<D> {
     /// record what they apply; the next [`Syncer::sync`] with `full` takes what it found in.
     /// Returns false, starting nothing, when there is no shadow to sync changes against
     /// (the first sync, or one after a failure): the full sync then reads the kernel itself.
+    /// Spawns the read on the current tokio runtime.
     pub fn start_read(&mut self) -> bool {
         if self.reading.is_some() {
             return true;
