@@ -484,6 +484,22 @@ impl Dataplane for Timed {
         self.kernel.observe_part(part).await
     }
 
+    type Read = <Kernel as Dataplane>::Read;
+
+    fn read_apart(
+        &mut self,
+        part: Option<Part>,
+    ) -> futures::future::BoxFuture<'static, Result<Self::Read, Error>> {
+        self.kernel.read_apart(part)
+    }
+
+    async fn finish_read(
+        &mut self,
+        read: Self::Read,
+    ) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+        self.kernel.finish_read(read).await
+    }
+
     async fn observe_real_servers(
         &mut self,
         keys: &[VsKey],
@@ -578,6 +594,16 @@ fn heap(n: usize, cold_only: bool) {
             &mut self,
             _: &Part,
         ) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+            Ok((self.observe().await?, BTreeSet::new()))
+        }
+        type Read = ();
+        fn read_apart(
+            &mut self,
+            _: Option<Part>,
+        ) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        async fn finish_read(&mut self, (): ()) -> Result<(Observation, BTreeSet<VsKey>), Error> {
             Ok((self.observe().await?, BTreeSet::new()))
         }
         /// Nothing read: the removed real servers drain, their counts unknown.

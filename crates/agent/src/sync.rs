@@ -4,7 +4,10 @@
 //! The kernel is read once at start and at every full sync (`--ipvs-sync-period`), which also
 //! repairs drift (on a large node each periodic pass reads the real servers of one share of
 //! the virtual servers, in turn: [`crate::model::rolling`]); in between, the agent diffs against its own record of what it applied, so an
-//! endpoint change costs only the operations it needs. Syncs are at least
+//! endpoint change costs only the operations it needs. The read of a periodic pass runs
+//! apart, on a task of its own, while changes keep syncing against the shadow; what they
+//! apply meanwhile is replayed on what it read (`sync::reading`), then the pass plans as usual
+//! (the first sync and the retry after a failure read the kernel themselves). Syncs are at least
 //! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
 //!
@@ -17,6 +20,9 @@
 
 mod failures;
 mod programming;
+mod reading;
+#[cfg(test)]
+mod reading_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -34,11 +40,12 @@ use crate::model::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filte
 use crate::model::drain::{DestinationKey, Draining};
 use crate::model::incremental::Incremental;
 use crate::model::kernel::{KernelState, VsKey};
-use crate::model::plan::{Plan, plan_draining, plan_scoped};
+use crate::model::plan::{Op, Plan, plan_draining, plan_scoped};
 use crate::model::priority::priority_plan;
 use crate::model::rolling::{Part, READ_SHARE};
 use crate::model::scheduler::{self, Refusal};
 use crate::model::shadow::Shadow;
+use reading::Reading;
 
 pub use crate::model::drift::{DRIFT_KINDS, Drift};
 pub use failures::{Backoff, FailureLog, cannot_program};
@@ -63,7 +70,8 @@ pub struct Report {
     pub applied: Applied,
     /// Conflicts and warnings of the desired state and the plan.
     pub warnings: Vec<String>,
-    /// How long the sync took, reading the kernel included.
+    /// How long the sync took, reading the kernel included (a read made apart counts with
+    /// its own time).
     pub duration: Duration,
     /// Real servers left at weight 0, waiting for their connections to end (the
     /// `kube_proxy_ipvs_destinations_draining` gauge).
@@ -98,8 +106,10 @@ pub struct Report {
 }
 
 /// Runs syncs against a dataplane.
-pub struct Syncer<D> {
+pub struct Syncer<D: Dataplane> {
     dataplane: D,
+    /// The read of the next full sync, when it runs apart ([`Syncer::start_read`]).
+    reading: Option<Reading<D::Read>>,
     config: ProxyConfig,
     /// What the agent believes the kernel holds: the last observation with every applied
     /// plan replayed on it.
@@ -143,6 +153,7 @@ impl<D: Dataplane> Syncer<D> {
     pub fn new(dataplane: D, config: ProxyConfig) -> Self {
         Self {
             dataplane,
+            reading: None,
             config,
             shadow: None,
             draining: Draining::default(),
@@ -186,8 +197,68 @@ impl<D: Dataplane> Syncer<D> {
         new
     }
 
+    /// Starts the kernel read of the next full sync apart ([`Dataplane::read_apart`]): it
+    /// runs on a task of its own while syncs of changes go on against the shadow, which
+    /// record what they apply; the next [`Syncer::sync`] with `full` takes what it found in.
+    /// Returns false, starting nothing, when there is no shadow to sync changes against
+    /// (the first sync, or one after a failure): the full sync then reads the kernel itself.
+    /// Spawns the read on the current tokio runtime.
+    pub fn start_read(&mut self) -> bool {
+        if self.reading.is_some() {
+            return true;
+        }
+        if self.shadow.is_none() || self.incremental.is_none() || !self.settled {
+            return false;
+        }
+        let part = self.next_part();
+        self.reading = Some(Reading::start(self.dataplane.read_apart(part)));
+        true
+    }
+
+    /// Whether a read started apart waits to be taken in by a full sync.
+    pub fn reading(&self) -> bool {
+        self.reading.is_some()
+    }
+
+    /// Whether a read started apart has ended, so a full sync would not wait for it.
+    pub fn read_ended(&self) -> bool {
+        self.reading.as_ref().is_some_and(Reading::is_done)
+    }
+
+    /// Waits until the read started apart ends; never, when none runs. Cancel-safe.
+    pub async fn read_end(&mut self) {
+        match &mut self.reading {
+            Some(reading) => reading.wait().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The shadow: what the agent believes the kernel holds (for tests).
+    pub fn shadow(&self) -> Option<&Shadow> {
+        self.shadow.as_ref()
+    }
+
+    /// Records `ops`, just applied whole, in the shadow and, while a read runs apart, in its
+    /// journal.
+    fn record(&mut self, ops: &[Op]) {
+        if let Some(shadow) = &mut self.shadow {
+            shadow.replay(ops);
+        }
+        if let Some(reading) = &mut self.reading {
+            reading.record(ops);
+        }
+    }
+
+    /// Forgets the shadow after a failure (and gives up a read made apart): the next sync
+    /// reads the kernel whole.
+    fn forget_shadow(&mut self) {
+        self.shadow = None;
+        self.reading = None;
+    }
+
     /// One sync of `cluster`, its desired state computed whole. With `full`, or when the last
-    /// apply had failures, the kernel is read first.
+    /// apply had failures, the kernel is read first (or, after [`Syncer::start_read`], what
+    /// the read apart found is taken in, waiting for it if it runs still).
     pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
         self.sync_inner(cluster, full, None).await
     }
@@ -215,10 +286,10 @@ impl<D: Dataplane> Syncer<D> {
         // The loop's clock, which tests can pause.
         let now = Instant::now().into_std();
         let full = full || self.shadow.is_none();
-        let unread = if full {
+        let (unread, read_apart) = if full {
             self.read_kernel().await?
         } else {
-            BTreeSet::new()
+            (BTreeSet::new(), Duration::ZERO)
         };
         // The first sync of this process programs the priority Services (the API server's,
         // the cluster DNS) before computing and applying everything else.
@@ -378,12 +449,11 @@ impl<D: Dataplane> Syncer<D> {
         } else {
             Vec::new()
         };
-        let shadow = self.shadow.as_mut().expect("observed above");
         if applied.failed.is_empty() {
-            shadow.replay(&p.ops);
+            self.record(&p.ops);
         } else {
             // Something failed: the kernel is not what we think; read it again next time.
-            self.shadow = None;
+            self.forget_shadow();
         }
         if let Some(shadow) = &mut self.shadow {
             // Connection counts change without the agent: they are only good for the sync
@@ -442,7 +512,7 @@ impl<D: Dataplane> Syncer<D> {
             plan: p,
             applied,
             warnings,
-            duration: started.elapsed(),
+            duration: started.elapsed() + read_apart,
             draining: self.draining.len(),
             recheck_in: self.recheck_in(now),
             conntrack,
@@ -469,38 +539,88 @@ impl<D: Dataplane> Syncer<D> {
 
     /// Reads the kernel for a full sync: whole at the first sync, after a failure and on small
     /// nodes, else the periodic pass ([`crate::model::rolling`]), whose unread real servers
-    /// keep what the shadow knew of them. Returns the virtual servers whose real servers were
-    /// not read.
-    async fn read_kernel(&mut self) -> Result<BTreeSet<VsKey>, Error> {
-        let part = self.shadow.as_ref().and_then(|shadow| {
-            let always = self.draining.keys().map(|(key, _)| *key).collect();
-            Part::of_pass(
-                self.pass,
-                shadow.state.services.len(),
-                self.read_share,
-                always,
-            )
-        });
-        let Some(part) = part else {
-            // The old shadow goes before the kernel is read: never two copies of its state.
-            self.shadow = None;
-            let Observation { state, host } = self.dataplane.observe().await?;
-            self.shadow = Some(Shadow { state, host });
-            return Ok(BTreeSet::new());
+    /// keep what the shadow knew of them; or takes in the read started apart. Returns the
+    /// virtual servers whose real servers were not read, and how long the read apart took
+    /// (the sync's time includes its read).
+    async fn read_kernel(&mut self) -> Result<(BTreeSet<VsKey>, Duration), Error> {
+        let (observation, unread, journal, took) = match self.reading.take() {
+            Some(reading) => {
+                let (found, took, journal) = reading.finish().await;
+                let (observation, unread) = self.dataplane.finish_read(found?).await?;
+                (observation, unread, journal, took)
+            }
+            None => {
+                let Some(part) = self.next_part() else {
+                    // The old shadow goes before the kernel is read: never two copies of its
+                    // state.
+                    self.shadow = None;
+                    let Observation { state, host } = self.dataplane.observe().await?;
+                    self.shadow = Some(Shadow { state, host });
+                    return Ok((BTreeSet::new(), Duration::ZERO));
+                };
+                let (observation, unread) = self.dataplane.observe_part(&part).await?;
+                (observation, unread, Vec::new(), Duration::ZERO)
+            }
         };
+        Ok((self.take_in(observation, unread, &journal).await?, took))
+    }
+
+    /// The part of the kernel the next periodic pass reads (counting the pass); `None` to
+    /// read it whole.
+    fn next_part(&mut self) -> Option<Part> {
+        let shadow = self.shadow.as_ref()?;
+        let always = self.draining.keys().map(|(key, _)| *key).collect();
+        let part = Part::of_pass(
+            self.pass,
+            shadow.state.services.len(),
+            self.read_share,
+            always,
+        )?;
         self.pass += 1;
-        let (Observation { mut state, host }, mut unread) =
-            self.dataplane.observe_part(&part).await?;
-        let mut old = self.shadow.take().expect("a part only over a shadow");
+        Some(part)
+    }
+
+    /// Makes what a read found the shadow: the real servers it did not read keep what the
+    /// shadow knew of them, and `journal`, the operations applied while it ran, is replayed
+    /// on it (whichever of them it saw, each object ends as they left it). Returns the
+    /// virtual servers whose real servers are still unread.
+    async fn take_in(
+        &mut self,
+        observation: Observation,
+        mut unread: BTreeSet<VsKey>,
+        journal: &[Op],
+    ) -> Result<BTreeSet<VsKey>, Error> {
+        let Observation { mut state, host } = observation;
+        let mut old = self.shadow.take();
         let mut unknown = Vec::new();
         for key in &unread {
-            match (old.state.services.get_mut(key), state.services.get_mut(key)) {
+            let was = old.as_mut().and_then(|o| o.state.services.get_mut(key));
+            match (was, state.services.get_mut(key)) {
+                // The shadow's real servers of this one: those the journal changed included.
                 (Some(was), Some(now)) => now.destinations = std::mem::take(&mut was.destinations),
                 _ => unknown.push(*key),
             }
         }
         drop(old);
         let mut shadow = Shadow { state, host };
+        shadow.replay(journal);
+        // Counts read before a real server changed (a drain that began meanwhile) must not
+        // end its drain: they are left unknown until the next read.
+        for op in journal {
+            if let Op::AddDestination {
+                key, destination, ..
+            }
+            | Op::UpdateDestination {
+                key, destination, ..
+            } = op
+                && let Some(vs) = shadow.state.services.get_mut(key)
+            {
+                vs.connections.remove(destination);
+            }
+        }
+        // Gone with the journal: nothing left to read.
+        unread.retain(|key| shadow.state.services.contains_key(key));
+        unknown.retain(|key| unread.contains(key));
         if !unknown.is_empty() {
             // Virtual servers the shadow did not know (someone else's, made since): read now.
             shadow.refresh(self.dataplane.observe_real_servers(&unknown).await?);
@@ -509,10 +629,9 @@ impl<D: Dataplane> Syncer<D> {
             }
         }
         debug!(
-            share = part.share,
-            shares = part.shares,
             unread = unread.len(),
-            "read the kernel, the real servers of one share"
+            replayed = journal.len(),
+            "read the kernel"
         );
         self.shadow = Some(shadow);
         Ok(unread)
@@ -539,7 +658,7 @@ impl<D: Dataplane> Syncer<D> {
         }
         let applied = self.dataplane.apply(&first).await?;
         if applied.failed.is_empty() {
-            shadow.replay(&first.ops);
+            self.record(&first.ops);
             debug!(ops = first.ops.len(), "programmed the priority Services");
             return Ok(Some((first, applied)));
         }
@@ -547,8 +666,9 @@ impl<D: Dataplane> Syncer<D> {
             failed = applied.failed.len(),
             "the priority Services failed; the full sync retries them"
         );
+        self.forget_shadow();
         let Observation { state, host } = self.dataplane.observe().await?;
-        *shadow = Shadow { state, host };
+        self.shadow = Some(Shadow { state, host });
         Ok(None)
     }
 
@@ -648,8 +768,12 @@ pub async fn run<D: Dataplane>(
     // The first pass syncs at once; later ones wait for a change or the full-sync timer.
     let mut wait = false;
     let mut previous: Option<Arc<Cluster>> = None;
+    // Whether the last pass failed: its retry reads the kernel itself, whole.
+    let mut failing = false;
     loop {
         if wait {
+            // While the read of a periodic pass runs apart, the pass waits for its end.
+            let reading = syncer.reading();
             tokio::select! {
                 _ = &mut shutdown => return,
                 changed = snapshots.changed() => {
@@ -658,7 +782,8 @@ pub async fn run<D: Dataplane>(
                         return;
                     }
                 }
-                _ = tokio::time::sleep_until(next_full) => {}
+                _ = tokio::time::sleep_until(next_full), if !reading => {}
+                _ = syncer.read_end(), if reading => {}
             }
         }
         // Debounce.
@@ -677,14 +802,22 @@ pub async fn run<D: Dataplane>(
             next_full = Instant::now() + periods.sync;
             continue;
         };
-        let full = Instant::now() >= next_full;
+        // A periodic pass reads the kernel apart and runs once the read ends; the changes
+        // that come meanwhile sync at once against the shadow (a read at scale takes seconds).
+        let due = Instant::now() >= next_full && !syncer.reading();
+        let started = due && !failing && syncer.start_read();
+        let full = syncer.read_ended() || (due && !started);
         wait = true;
-        last_sync = Some(Instant::now());
         // Between full syncs, only the Services that changed since the last snapshot synced.
         let changed = previous
             .as_deref()
             .filter(|_| !full)
             .and_then(|p| changed_services(p, &cluster));
+        if started && changed.as_ref().is_some_and(BTreeSet::is_empty) {
+            // The timer started the read, and nothing changed: nothing to sync until it ends.
+            continue;
+        }
+        last_sync = Some(Instant::now());
         previous = Some(cluster.clone());
         let result = match &changed {
             Some(changed) => syncer.sync_changed(&cluster, changed).await,
@@ -725,6 +858,7 @@ pub async fn run<D: Dataplane>(
         for what in &changes.ended {
             info!(op = %what, "no longer failing");
         }
+        failing = !failed.is_empty();
         if failed.is_empty() {
             backoff.succeeded();
         } else {

@@ -1344,6 +1344,22 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
             self.kernel.observe_part(part).await
         }
 
+        type Read = <Kernel as Dataplane>::Read;
+
+        fn read_apart(
+            &mut self,
+            part: Option<kube_proxy_ipvs_agent::model::rolling::Part>,
+        ) -> futures::future::BoxFuture<'static, Result<Self::Read, Error>> {
+            self.kernel.read_apart(part)
+        }
+
+        async fn finish_read(
+            &mut self,
+            read: Self::Read,
+        ) -> Result<(Observation, std::collections::BTreeSet<VsKey>), Error> {
+            self.kernel.finish_read(read).await
+        }
+
         async fn observe_real_servers(
             &mut self,
             keys: &[VsKey],

@@ -28,6 +28,8 @@ use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use std::collections::BTreeSet;
 
+use futures::future::BoxFuture;
+
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::rolling::Part;
 
@@ -81,6 +83,22 @@ pub trait Dataplane {
     fn observe_part(
         &mut self,
         part: &Part,
+    ) -> impl Future<Output = Result<(Observation, BTreeSet<VsKey>), Error>> + Send;
+    /// What a read made apart ([`Dataplane::read_apart`]) gives, for
+    /// [`Dataplane::finish_read`].
+    type Read: Send + 'static;
+    /// Starts the read of a full pass (as [`Dataplane::observe_part`] reads, or
+    /// [`Dataplane::observe`] when `part` is `None`) on handles of its own: the future borrows
+    /// nothing, so it can run on a task of its own while this dataplane applies plans (a
+    /// periodic pass at scale reads for seconds; changes must not wait behind it). Which of
+    /// the plans applied meanwhile it sees is not known: the caller replays them on what it
+    /// finds.
+    fn read_apart(&mut self, part: Option<Part>) -> BoxFuture<'static, Result<Self::Read, Error>>;
+    /// Completes a read made apart into what [`Dataplane::observe_part`] returns: reads what
+    /// only this dataplane can (the real kernel: the VIP bindings it keeps track of).
+    fn finish_read(
+        &mut self,
+        read: Self::Read,
     ) -> impl Future<Output = Result<(Observation, BTreeSet<VsKey>), Error>> + Send;
     /// Reads the real servers of the virtual servers `keys` alone, with their connection
     /// counts: what a sync that removes or drains real servers needs to know, without reading

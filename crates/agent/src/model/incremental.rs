@@ -357,4 +357,4 @@ fn owned(k: &VsKey) -> (Family, SetEntry) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

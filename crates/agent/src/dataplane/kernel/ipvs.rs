@@ -38,69 +38,6 @@ const SHARED_FROM: usize = 256;
 const SERVICE_DUMPS: usize = 8;
 
 impl Kernel {
-    /// Every IPVS virtual server of ours, with the real servers of those `part` selects (all
-    /// without one); the keys of those whose real servers were not read come second.
-    pub(super) async fn observe_services(
-        &self,
-        part: Option<&Part>,
-    ) -> Result<(BTreeMap<VsKey, VirtualServer>, BTreeSet<VsKey>), Error> {
-        let services = match self.ipvs.services().list_consistent(SERVICE_DUMPS).await {
-            Ok(services) => services,
-            // Another namespace kept changing IPVS through every dump: what any dump listed
-            // (a service of ours is missing only if every dump skipped it).
-            Err(ipvs_netlink::Error::Unsettled { dumps, seen }) => {
-                warn!(
-                    dumps,
-                    "the IPVS service list did not settle (another network namespace kept changing IPVS); using every service the dumps listed"
-                );
-                seen
-            }
-            Err(e) => return Err(ipvs_error("list IPVS services", e)),
-        };
-        let (ours, unread): (Listed, Listed) = services
-            .into_iter()
-            .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
-            .partition(|(k, _)| part.is_none_or(|p| p.reads(k)));
-        let unread: BTreeMap<VsKey, VirtualServer> = unread
-            .into_iter()
-            .map(|(k, s)| (k, virtual_server(&s, &[])))
-            .collect();
-        // Virtual server i is read by reader i % readers: the shares are alike in size
-        // and mix large and small servers.
-        let readers = if ours.len() >= SHARED_FROM {
-            DUMP_THREADS + 1
-        } else {
-            1
-        };
-        let mut shares: Vec<Vec<(usize, VsKey, Service)>> = vec![Vec::new(); readers];
-        for (i, (key, svc)) in ours.into_iter().enumerate() {
-            shares[i % readers].push((i, key, svc));
-        }
-        let mut here = shares.remove(0);
-        let mut threads = Vec::new();
-        for share in shares {
-            match spawn_reader(share) {
-                Ok(thread) => threads.push(thread),
-                // No thread: this one reads that share too.
-                Err(share) => here.extend(share),
-            }
-        }
-        let mut read = read_destinations(&self.dumpers, here).await;
-        for thread in threads {
-            match thread.await {
-                Ok(more) => read.extend(more),
-                Err(_) => return Err(Error::WorkerStopped("IPVS reader")),
-            }
-        }
-        // The first failure in the services' order, whatever reader met it.
-        read.sort_unstable_by_key(|(i, _)| *i);
-        let mut services: BTreeMap<VsKey, VirtualServer> =
-            read.into_iter().map(|(_, r)| r).collect::<Result<_, _>>()?;
-        let keys = unread.keys().copied().collect();
-        services.extend(unread);
-        Ok((services, keys))
-    }
-
     /// Reads the real servers of `keys` over the dump sockets, one dump in flight on each.
     pub(super) async fn read_real_servers(
         &self,
@@ -290,6 +227,71 @@ type Listed = Vec<(VsKey, Service)>;
 
 /// Real servers read, each with its virtual server's position in the list.
 type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;
+
+/// Every IPVS virtual server of ours, listed over `ipvs`, with the real servers of those
+/// `part` selects (all without one) dumped over `dumpers`; the keys of those whose real
+/// servers were not read come second.
+pub(super) async fn observe_services(
+    ipvs: &ipvs_netlink::Handle,
+    dumpers: &[ipvs_netlink::Handle],
+    part: Option<&Part>,
+) -> Result<(BTreeMap<VsKey, VirtualServer>, BTreeSet<VsKey>), Error> {
+    let services = match ipvs.services().list_consistent(SERVICE_DUMPS).await {
+        Ok(services) => services,
+        // Another namespace kept changing IPVS through every dump: what any dump listed
+        // (a service of ours is missing only if every dump skipped it).
+        Err(ipvs_netlink::Error::Unsettled { dumps, seen }) => {
+            warn!(
+                dumps,
+                "the IPVS service list did not settle (another network namespace kept changing IPVS); using every service the dumps listed"
+            );
+            seen
+        }
+        Err(e) => return Err(ipvs_error("list IPVS services", e)),
+    };
+    let (ours, unread): (Listed, Listed) = services
+        .into_iter()
+        .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
+        .partition(|(k, _)| part.is_none_or(|p| p.reads(k)));
+    let unread: BTreeMap<VsKey, VirtualServer> = unread
+        .into_iter()
+        .map(|(k, s)| (k, virtual_server(&s, &[])))
+        .collect();
+    // Virtual server i is read by reader i % readers: the shares are alike in size
+    // and mix large and small servers.
+    let readers = if ours.len() >= SHARED_FROM {
+        DUMP_THREADS + 1
+    } else {
+        1
+    };
+    let mut shares: Vec<Vec<(usize, VsKey, Service)>> = vec![Vec::new(); readers];
+    for (i, (key, svc)) in ours.into_iter().enumerate() {
+        shares[i % readers].push((i, key, svc));
+    }
+    let mut here = shares.remove(0);
+    let mut threads = Vec::new();
+    for share in shares {
+        match spawn_reader(share) {
+            Ok(thread) => threads.push(thread),
+            // No thread: this one reads that share too.
+            Err(share) => here.extend(share),
+        }
+    }
+    let mut read = read_destinations(dumpers, here).await;
+    for thread in threads {
+        match thread.await {
+            Ok(more) => read.extend(more),
+            Err(_) => return Err(Error::WorkerStopped("IPVS reader")),
+        }
+    }
+    // The first failure in the services' order, whatever reader met it.
+    read.sort_unstable_by_key(|(i, _)| *i);
+    let mut services: BTreeMap<VsKey, VirtualServer> =
+        read.into_iter().map(|(_, r)| r).collect::<Result<_, _>>()?;
+    let keys = unread.keys().copied().collect();
+    services.extend(unread);
+    Ok((services, keys))
+}
 
 /// Reads the real servers of `services` over `sockets`, one dump in flight on each.
 async fn read_destinations(

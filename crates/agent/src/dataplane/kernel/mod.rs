@@ -6,6 +6,7 @@
 //!   worker, where the plan waits), pure and unit-tested.
 //! - `ipvs`, `sets`, `addresses`: one kernel object each, read and changed, with the
 //!   conversions between the model and its library.
+//! - `reader`: what a full sync reads, on the agent's sockets or on its own ones.
 //! - `worker`: work on a thread of its own while the plan goes on.
 //!
 //! Nothing here blocks the runtime's threads, which also serve `/healthz` and the
@@ -15,6 +16,7 @@
 
 mod addresses;
 mod ipvs;
+mod reader;
 mod schedule;
 mod sets;
 mod worker;
@@ -23,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
+use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
 use self::ipvs::ipvs_error;
@@ -35,13 +38,13 @@ use super::vip::Bindings;
 use super::{Applied, Dataplane, Error, Observation, RealServers, sysctl};
 use crate::model::cluster::Family;
 use crate::model::config::VipBinding;
-use crate::model::desired::Host;
 use crate::model::iptables::{removal_input, restore_input};
-use crate::model::kernel::{KernelState, LINK_NAME, VsKey};
+use crate::model::kernel::{LINK_NAME, VsKey};
 use crate::model::plan::{Op, Plan};
 use crate::model::rolling::Part;
 
 pub use self::addresses::Rebound;
+pub use self::reader::Found;
 
 /// Runs `work` on tokio's blocking pool (whose threads inherit the network namespace of the
 /// thread that starts them, as worker threads do) and waits for it without blocking the
@@ -294,39 +297,6 @@ fn pick<'a>(plan: &'a Plan, indices: &[usize]) -> Vec<(usize, &'a Op)> {
     indices.iter().map(|&i| (i, &plan.ops[i])).collect()
 }
 
-impl Kernel {
-    /// The kernel state the agent manages, the real servers of the virtual servers `part`
-    /// selects alone when there is a part.
-    async fn read(&mut self, part: Option<&Part>) -> Result<(Observation, BTreeSet<VsKey>), Error> {
-        let (interfaces, addresses) = self.read_bindings().await?;
-        let mut state = KernelState {
-            link: self.link_index.is_some(),
-            addresses: self.vips.vips(),
-            ..KernelState::default()
-        };
-        let host = Host {
-            addresses: Links::local_addresses(&interfaces, &addresses),
-        };
-        let t = Instant::now();
-        let (services, unread) = self.observe_services(part).await?;
-        state.services = services;
-        debug!(services = state.services.len(), unread = unread.len(), elapsed = ?t.elapsed(), "observed IPVS");
-        let t = Instant::now();
-        state.sets = self.observe_sets().await?;
-        debug!(elapsed = ?t.elapsed(), "observed sets");
-        for family in self.families.clone() {
-            let backend = self.backend;
-            let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
-            state
-                .rules
-                .insert(family, self.written.observed(family, &seen));
-        }
-        let keys = self.sysctl_keys.clone();
-        state.sysctls = blocking("sysctl", move || sysctl::read(&keys)).await?;
-        Ok((Observation { state, host }, unread))
-    }
-}
-
 impl Dataplane for Kernel {
     async fn observe(&mut self) -> Result<Observation, Error> {
         Ok(self.read(None).await?.0)
@@ -334,6 +304,16 @@ impl Dataplane for Kernel {
 
     async fn observe_part(&mut self, part: &Part) -> Result<(Observation, BTreeSet<VsKey>), Error> {
         self.read(Some(part)).await
+    }
+
+    type Read = Found;
+
+    fn read_apart(&mut self, part: Option<Part>) -> BoxFuture<'static, Result<Found, Error>> {
+        Box::pin(self.reader().read_apart(part))
+    }
+
+    async fn finish_read(&mut self, found: Found) -> Result<(Observation, BTreeSet<VsKey>), Error> {
+        self.complete(found).await
     }
 
     async fn observe_real_servers(

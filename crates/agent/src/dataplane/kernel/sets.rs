@@ -12,14 +12,13 @@ use crate::model::kernel::{Set, SetEntry, SetKind};
 use crate::model::plan::Op;
 use crate::model::sets::{self, set_name};
 
-impl Kernel {
-    /// The agent's sets of its families, read on the blocking pool (libipset waits on its
-    /// netlink socket).
-    pub(super) async fn observe_sets(&self) -> Result<BTreeMap<String, Set>, Error> {
-        let families = self.families.clone();
-        super::blocking("sets", move || read_sets(&families)).await?
-    }
+/// The agent's sets of `families`, read on the blocking pool (libipset waits on its netlink
+/// socket).
+pub(super) async fn observe_sets(families: Vec<Family>) -> Result<BTreeMap<String, Set>, Error> {
+    super::blocking("sets", move || read_sets(&families)).await?
+}
 
+impl Kernel {
     /// Applies set operations on the blocking pool.
     pub(super) async fn apply_sets(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
         let job = set_job(ops);

@@ -28,7 +28,7 @@ fn programmed(state: &KernelState, ops: &[crate::model::plan::Op]) -> KernelStat
 /// names and addresses make Services share external IPs, endpoints and, now and then, a
 /// virtual server (a conflict).
 #[derive(Debug, Clone)]
-enum Change {
+pub(crate) enum Change {
     Service {
         which: u8,
         kind: u8,
@@ -48,7 +48,7 @@ enum Change {
     DeleteSlice(u8, u8),
 }
 
-fn change() -> impl Strategy<Value = Change> {
+pub(crate) fn change() -> impl Strategy<Value = Change> {
     prop_oneof![
         3 => (0..6u8, 0..3u8, 0..8u8, 1..4u8, proptest::option::of(0..3u8), proptest::option::of(0..3u8), 0..4u8, any::<bool>())
             .prop_map(|(which, kind, ip, ports, external, lb, local, ranges)| Change::Service {
@@ -66,7 +66,7 @@ fn name(which: u8) -> String {
 }
 
 /// Applies `c` to `cl`; returns the Service it concerns.
-fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
+pub(crate) fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
     match c {
         Change::Service {
             which,
