@@ -30,6 +30,8 @@ step "the swap guide's commands against the real kube-apiserver (deploy/swap.sh)
 bash tests/check-swap.sh --binary target/debug/kube-proxy-ipvs
 step "kernel tests in the lab (with the real control plane; the differential corpus's ci scenarios)"
 # 2 GiB: the payload carries upstream kube-proxy, which the corpus runs beside the agent.
-cargo run --quiet -p lab -- test --release --memory 2048
+# The reliability table of this run goes to target/RELIABILITY.md (copy it over RELIABILITY.md
+# after a green run to commit it).
+cargo run --quiet -p lab -- test --release --memory 2048 --reliability-table target/RELIABILITY.md
 step "done"
 echo "total: $(($(date +%s) - start))s"

@@ -654,6 +654,13 @@ fn changes(
     }
     if run.lost > 0 {
         let _ = write!(run.note, "; {} changes never shown in time", run.lost);
+        // What the program said meanwhile is the first thing to read.
+        println!(
+            "beside: N={n} {}: {} changes never shown; the last of its log:\n{}",
+            who.label(),
+            run.lost,
+            program.tail(40)
+        );
     }
     println!(
         "beside: N={n} {}: {} changes of {svc_ns}/{svc_name}: median {:.1} ms, p99 {:.1} ms (poll {:.1} ms); CPU per change {:.1} ms (own window {:.1} ms) over {:.0} s{}",
