@@ -185,25 +185,32 @@ pub struct Seen {
 
 /// Reads our chains with `iptables-save`.
 pub fn read(backend: Backend, family: Family) -> Result<Seen, Error> {
-    let tool = backend.tool(family, "save");
     let mut seen = Seen::default();
     for table in ["nat", "filter"] {
-        let out = Command::new(&tool)
-            .args(["-t", table])
-            .output()
-            .map_err(|e| Error::Exec {
-                program: tool.clone(),
-                source: e,
-            })?;
-        if !out.status.success() {
-            return Err(Error::Tool {
-                program: tool.clone(),
-                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        parse_save(table, &String::from_utf8_lossy(&out.stdout), &mut seen);
+        parse_save(table, &save(backend, family, Some(table))?, &mut seen);
     }
     Ok(seen)
+}
+
+/// `iptables-save` of `table`, or of every table there is when `None` (`-t mangle` would
+/// load a table that is not there).
+pub fn save(backend: Backend, family: Family, table: Option<&str>) -> Result<String, Error> {
+    let tool = backend.tool(family, "save");
+    let mut command = Command::new(&tool);
+    if let Some(table) = table {
+        command.args(["-t", table]);
+    }
+    let out = command.output().map_err(|e| Error::Exec {
+        program: tool.clone(),
+        source: e,
+    })?;
+    if !out.status.success() {
+        return Err(Error::Tool {
+            program: tool,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn ours(table: &str, chain: &str) -> bool {

@@ -29,7 +29,7 @@ pub struct Removed {
 /// families as kube-proxy's IPVS mode removes them (nftables mode may have served a family
 /// the agent does not).
 pub fn remove(backend: Backend, family: Family) -> Result<Removed, Error> {
-    let save = iptables_save(backend, family)?;
+    let save = iptables::save(backend, family, None)?;
     let swept = sweep(&save);
     // Chains the agent's own still jump to go at the pass after its first write; any other
     // jump to one is another program's, which the agent does not touch.
@@ -47,10 +47,7 @@ pub fn remove(backend: Backend, family: Family) -> Result<Removed, Error> {
             "removed kube-proxy iptables mode's leftovers"
         );
     }
-    let mut nftables_table = false;
-    for family in [Family::V4, Family::V6] {
-        nftables_table |= remove_nftables_table(family)?;
-    }
+    let nftables_table = remove_nftables_tables()?;
     Ok(Removed {
         again: swept.waits_for_the_agent(),
         iptables: swept,
@@ -58,42 +55,30 @@ pub fn remove(backend: Backend, family: Family) -> Result<Removed, Error> {
     })
 }
 
-fn iptables_save(backend: Backend, family: Family) -> Result<String, Error> {
-    // Every table at once: `-t mangle` would load a table that is not there.
-    let tool = backend.tool(family, "save");
-    let out = Command::new(&tool).output().map_err(|e| Error::Exec {
-        program: tool.clone(),
-        source: e,
-    })?;
-    if !out.status.success() {
-        return Err(Error::Tool {
-            program: tool,
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+/// Deletes `table ip kube-proxy` and `table ip6 kube-proxy`, nftables mode's, those listed;
+/// whether one was. No `nft` to ask deletes nothing (then nftables mode cannot have run from
+/// this image either, but it can from kube-proxy's: say so).
+fn remove_nftables_tables() -> Result<bool, Error> {
+    let Some(list) = nft(&["list", "tables"])? else {
+        warn!("no nft program: a kube-proxy nftables mode's table, if any, is left in place");
+        return Ok(false);
+    };
+    let mut removed = false;
+    for name in ["ip", "ip6"] {
+        if nftables_mode_table(&list, name) {
+            nft(&["delete", "table", name, NFTABLES_MODE_TABLE])?;
+            info!(table = %format!("{name} {NFTABLES_MODE_TABLE}"), "removed kube-proxy nftables mode's table");
+            removed = true;
+        }
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(removed)
 }
 
-/// Deletes `table ip kube-proxy` (or `ip6`), nftables mode's, when listed; `false` when there
-/// is none, or no `nft` to ask (then nftables mode cannot have run from this image either,
-/// but it can from kube-proxy's: say so).
-fn remove_nftables_table(family: Family) -> Result<bool, Error> {
-    let name = match family {
-        Family::V4 => "ip",
-        Family::V6 => "ip6",
-    };
-    let list = match Command::new("nft").args(["list", "tables"]).output() {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
-        Ok(out) => {
-            return Err(Error::Tool {
-                program: "nft".into(),
-                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            warn!("no nft program: a kube-proxy nftables mode's table, if any, is left in place");
-            return Ok(false);
-        }
+/// Runs `nft` with `args`: its output, or `None` when there is no `nft` program.
+fn nft(args: &[&str]) -> Result<Option<String>, Error> {
+    let out = match Command::new("nft").args(args).output() {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             return Err(Error::Exec {
                 program: "nft".into(),
@@ -101,22 +86,11 @@ fn remove_nftables_table(family: Family) -> Result<bool, Error> {
             });
         }
     };
-    if !nftables_mode_table(&list, name) {
-        return Ok(false);
-    }
-    let out = Command::new("nft")
-        .args(["delete", "table", name, NFTABLES_MODE_TABLE])
-        .output()
-        .map_err(|e| Error::Exec {
-            program: "nft".into(),
-            source: e,
-        })?;
     if !out.status.success() {
         return Err(Error::Tool {
             program: "nft".into(),
             message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
     }
-    info!(table = %format!("{name} {NFTABLES_MODE_TABLE}"), "removed kube-proxy nftables mode's table");
-    Ok(true)
+    Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
 }

@@ -37,7 +37,7 @@ pub fn cannot_stream(error: &watcher::Error) -> bool {
     }
 }
 
-struct Fallback<K: Resource + Clone + 'static> {
+struct Fallback<K: Resource<DynamicType = ()> + Clone + 'static> {
     inner: BoxStream<'static, WatchResult<K>>,
     api: Api<K>,
     /// The listing configuration, until the fallback took it.
@@ -49,7 +49,7 @@ struct Fallback<K: Resource + Clone + 'static> {
 
 impl<K> Fallback<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     fn list_instead(&mut self, why: &str) {
         if let Some(config) = self.listing.take() {
@@ -106,7 +106,7 @@ pub fn streamed_or_listed<K>(
     silence: Duration,
 ) -> BoxStream<'static, WatchResult<K>>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let state = Fallback {
         inner: watch_kind(api.clone(), config.clone().streaming_lists()),
