@@ -315,7 +315,14 @@ impl<D: Dataplane> Syncer<D> {
         // Drift needs to know whether the desired state moved since the last sync: its
         // fingerprint is kept, not the state, which goes before the new one is built (two whole
         // desired states at once were the peak of a full resync).
-        let previous = if scope.is_none() {
+        // Nothing changed since the state was built whole (the periodic pass of a quiet
+        // cluster): the same inputs would build the same state, so it is kept.
+        let kept = scope.is_none()
+            && self
+                .incremental
+                .as_ref()
+                .is_some_and(|inc| inc.built_from(cluster, &shadow.host));
+        let previous = if scope.is_none() && !kept {
             let before = self
                 .incremental
                 .take()
@@ -326,6 +333,7 @@ impl<D: Dataplane> Syncer<D> {
             None
         };
         let want = self.incremental.as_ref().expect("built above").desired();
+        let unchanged = kept || previous.is_some_and(|p| p == fingerprint(&want.state));
         let health_check_addresses =
             crate::model::desired::health_check_addresses(cluster, &self.config, &shadow.host);
         // Read only with the kernel (counts are cleared from the shadow after each sync); a
@@ -406,12 +414,11 @@ impl<D: Dataplane> Syncer<D> {
         };
         // With the desired state unchanged and the last plan applied whole, what a full sync
         // still changes was changed behind the agent's back.
-        let drift =
-            if full && self.settled && previous.is_some_and(|p| p == fingerprint(&want.state)) {
-                Drift::of(&p, &shadow.state)
-            } else {
-                Drift::default()
-            };
+        let drift = if full && self.settled && unchanged {
+            Drift::of(&p, &shadow.state)
+        } else {
+            Drift::default()
+        };
         // Every family served, so that a count that fell to nothing reads 0.
         let no_local_endpoints = self
             .config

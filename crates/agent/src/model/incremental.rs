@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::cluster::{Cluster, EndpointSlice, Family, Node, Service, ServiceRef, SlicesByService};
 use super::config::ProxyConfig;
@@ -68,6 +69,38 @@ pub struct Incremental {
     shared_addresses: HashMap<IpAddr, u32>,
     /// Out filters and how many Services want each.
     out_filters: BTreeMap<OutFilter, u32>,
+    /// The objects of the last whole build, while no update has changed the state since.
+    built_from: Option<Objects>,
+}
+
+/// The Services and slices a state was built from, in the cluster's order. Held, they cost a
+/// pointer each (the snapshots share them), and no object of theirs can be freed and another
+/// take its address: equal pointers are the same objects.
+#[derive(Debug, Clone)]
+struct Objects {
+    services: Vec<Arc<Service>>,
+    slices: Vec<Arc<EndpointSlice>>,
+}
+
+impl Objects {
+    fn of(cluster: &Cluster) -> Self {
+        Objects {
+            services: cluster.services.values().cloned().collect(),
+            slices: cluster.slices.values().cloned().collect(),
+        }
+    }
+
+    /// Whether `cluster` holds these very objects, and no others.
+    fn are_those_of(&self, cluster: &Cluster) -> bool {
+        fn same<'a, T: 'a>(
+            held: &[Arc<T>],
+            now: impl ExactSizeIterator<Item = &'a Arc<T>>,
+        ) -> bool {
+            held.len() == now.len() && held.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, b))
+        }
+        same(&self.services, cluster.services.values())
+            && same(&self.slices, cluster.slices.values())
+    }
 }
 
 impl Incremental {
@@ -98,7 +131,22 @@ impl Incremental {
             shared_entries: more(entries),
             shared_addresses: more(addresses),
             out_filters,
+            built_from: Some(Objects::of(cluster)),
         }
+    }
+
+    /// Whether [`Incremental::build`] on these inputs would build this very state: it was
+    /// built whole, no update changed it since, and `cluster` and `host` are those it was
+    /// built from (the same objects, compared by pointer; the state is a function of the
+    /// Services, the slices, the Node, the host and the configuration). A full sync of an
+    /// unchanged cluster then keeps it instead of building it again.
+    pub fn built_from(&self, cluster: &Cluster, host: &Host) -> bool {
+        cluster.node == self.node
+            && *host == self.host
+            && self
+                .built_from
+                .as_ref()
+                .is_some_and(|objects| objects.are_those_of(cluster))
     }
 
     /// The desired state.
@@ -155,6 +203,8 @@ impl Incremental {
             return None;
         }
 
+        // From here on the state moves: it is no longer what its objects build.
+        self.built_from = None;
         let mut scope = Scope::default();
         let mut rules_may_change = false;
         let olds: Vec<(&ServiceRef, Footprint)> = changed

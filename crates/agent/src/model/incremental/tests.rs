@@ -212,14 +212,20 @@ proptest! {
         }
         let mut inc = Incremental::build(&cl, &cfg, &h);
         prop_assert_eq!(&inc.desired().state, &desired(&cl, &cfg, &h).state);
+        prop_assert!(inc.built_from(&cl, &h));
         // The kernel as the plans leave it: a scoped plan must leave it as a full one would.
         let mut kernel = programmed(&KernelState::default(), &plan(&inc.desired().state, &KernelState::default(), &[]).ops);
         for batch in &changes {
             let before = inc.desired().state.clone();
             let changed: BTreeSet<ServiceRef> = batch.iter().map(|c| apply(&mut cl, c)).collect();
             let want = desired(&cl, &cfg, &h);
+            // A state that says it is what these objects build must be (a full sync keeps it).
+            if inc.built_from(&cl, &h) {
+                prop_assert_eq!(&inc.desired().state, &want.state, "kept after {:?}", batch);
+            }
             match inc.update(&cl, &h, &changed) {
                 Some(scope) => {
+                    prop_assert!(!inc.built_from(&cl, &h), "updated, so no longer as built");
                     let got = inc.desired();
                     prop_assert_eq!(&got.state, &want.state, "after {:?}", batch);
                     prop_assert_eq!(&got.owners, &want.owners);
@@ -280,4 +286,38 @@ fn one_endpoint_change_moves_one_real_server_and_nothing_else() {
     // The Node changing is beyond one Service.
     cl.node = Some(crate::model::fixtures::node_in(Some("z")));
     assert!(inc.update(&cl, &h, &BTreeSet::new()).is_none());
+}
+
+#[test]
+fn a_state_is_known_built_from_the_very_objects_of_its_build_alone() {
+    let cfg = config();
+    let h = host();
+    let cl = cluster(
+        vec![svc("a").cluster_ip("10.96.0.1").tcp(80)],
+        vec![eps("a", "", Protocol::Tcp, 8080).ready("10.244.0.1", "node-b")],
+    );
+    let inc = Incremental::build(&cl, &cfg, &h);
+    assert!(inc.built_from(&cl, &h));
+    // A snapshot sharing the objects is the same input.
+    assert!(inc.built_from(&cl.clone(), &h));
+    // Equal objects made anew are not known to be equal: they are built again.
+    let mut anew = cl.clone();
+    for s in anew.slices.values_mut() {
+        *s = std::sync::Arc::new((**s).clone());
+    }
+    assert!(!inc.built_from(&anew, &h));
+    let mut fewer = cl.clone();
+    fewer.slices.clear();
+    assert!(!inc.built_from(&fewer, &h));
+    let mut other_node = cl.clone();
+    other_node.node = Some(crate::model::fixtures::node_in(Some("z")));
+    assert!(!inc.built_from(&other_node, &h));
+    let mut other_host = h.clone();
+    other_host
+        .addresses
+        .push(crate::model::desired::LocalAddress {
+            interface: "eth1".into(),
+            address: "192.168.9.9".parse().unwrap(),
+        });
+    assert!(!inc.built_from(&cl, &other_host));
 }
