@@ -17,6 +17,11 @@
 #   tests/bench.sh --beside --sizes 1000 --changes 100 [--programs agent,ipvs,nftables]
 #                  [--change-secs 900] [--cold-secs 1800]
 #
+# `nftables` is kube-proxy 1.37.2's nftables mode with its defaults (NFTablesNetlink on), the
+# one the nftables_* ratios compare with; `--programs ...,nftables-exec` adds it with
+# --feature-gates=NFTablesNetlink=false. PEERS_BESIDE_KUBE_PROXY_ARGS=-v=4 and
+# PEERS_BESIDE_DUMP=1 in the environment print kube-proxy's log and table (debugging).
+#
 # The whole of bench/results.json from one run (emptied first; then the scale bench with the
 # given arguments, then the side-by-side bench at its default sizes):
 #

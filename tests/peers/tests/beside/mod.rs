@@ -9,16 +9,23 @@
 //! Per program and N it measures, all on the VM's one clock:
 //! - **cold sync**: from the program's start to its full state in the kernel. For IPVS, the
 //!   virtual servers and real servers of its namespace (`/proc/PID/net/ip_vs`); for nftables
-//!   mode, the `service-*` chains of table `ip kube-proxy` (`nft list chains ip`; kube-proxy
-//!   writes the whole ruleset in one transaction, so the chains prove the rules). The kernel is
-//!   polled every second or twice a poll's own cost, whichever is longer; the full state is the
-//!   first poll that saw the counts the program ends with, once it has reported a sync
-//!   (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`) and two polls in a row agree;
+//!   mode, the Services' `service-*` chains and the `endpoint-*` chains of table
+//!   `ip kube-proxy` (`nft list chains ip`), and, once those hold, every endpoint of S(N, 5)
+//!   a DNAT destination of the table (`nft list table ip kube-proxy`, [`dnat_targets`]):
+//!   kube-proxy 1.37.2 writes an endpoint chain only for a session-affine Service's
+//!   endpoints (5 per affine Service: 50 at N = 1000) and DNATs the others straight from
+//!   their Service's chain through a `numgen` map, so the endpoint chains are not its
+//!   endpoints. The kernel is polled every second or twice a poll's own cost, whichever is
+//!   longer; the full state is the first poll that saw the counts the program ends with
+//!   (and, in nftables mode, after any reading of the table that found an endpoint
+//!   missing), once it has reported a sync (`kubeproxy_sync_proxy_rules_last_timestamp_seconds`)
+//!   and two polls in a row agree;
 //! - **one endpoint change**: the fifth endpoint of one ClusterIP Service's slice moved to a
 //!   new address, from just before the API write to the first poll of the kernel that shows
 //!   it, polled back to back the same way for all three, with the real tools from a thread in
 //!   the program's namespace: `ipvsadm -Ln -t VIP:80` for IPVS, `nft list chain ip kube-proxy
-//!   <that Service's chain>` for nftables mode (the poll's own cost is printed: it is the
+//!   <that Service's chain>` for nftables mode (the new address as a map element, a lone DNAT
+//!   or an endpoint chain's name: [`nft_shows`]; the poll's own cost is printed: it is the
 //!   resolution); one change every 1-2 s (kube-proxy's `--min-sync-period`, 1 s in nftables
 //!   mode, never delays one);
 //! - **CPU**: utime + stime of the program and of the children it waited for (`iptables-restore`,
@@ -28,6 +35,16 @@
 //!   kernel showing it);
 //! - **peak RSS**: `VmHWM` of `/proc/PID/status`, after the cold sync and at the end.
 //!
+//! nftables mode runs in two configurations: `nftables`, kube-proxy 1.37.2's defaults (the
+//! beta gate `NFTablesNetlink` on: its listings of the table through netlink, its
+//! transactions through `nft`), the one the `nftables_*_ratio_10k` results compare with; and
+//! `nftables-exec`, with `--feature-gates=NFTablesNetlink=false` (listings through `nft` as
+//! well, as before 1.37), run only when named in `PEERS_BESIDE_PROGRAMS`. Both write the
+//! same ruleset, and both log a failed listing at their first sync of each family, before
+//! their table exists ("Failed to list existing sets", with netlink's `no such file or
+//! directory`; with `nft`, chains and sets, "No such file or directory"): harmless, there is
+//! nothing to clean up yet.
+//!
 //! A program that has not reached its full state within `PEERS_BESIDE_COLD_SECS` (default
 //! 1800) is reported with the counts it reached. The Services are created once per N (added
 //! to those of the smaller N before), concurrently, and the seeding time is printed.
@@ -36,9 +53,11 @@
 //! with `-- --ignored beside`. Knobs (environment, passed into the VM by `lab test`):
 //! `PEERS_BESIDE_SIZES` (default `1000`), `PEERS_BESIDE_CHANGES` (100),
 //! `PEERS_BESIDE_CHANGE_SECS` (time bound of one program's change phase, default 900),
-//! `PEERS_BESIDE_COLD_SECS` (1800), `PEERS_BESIDE_PROGRAMS` (`agent,ipvs,nftables`),
-//! `PEERS_BESIDE_AGENT` (the agent binary: a release build; default the one built beside this
-//! test). The last line, `BESIDE-JSON {...}`, is what `tests/bench.sh` merges into
+//! `PEERS_BESIDE_COLD_SECS` (1800), `PEERS_BESIDE_PROGRAMS` (`agent,ipvs,nftables`; also
+//! `nftables-exec`), `PEERS_BESIDE_AGENT` (the agent binary: a release build; default the one
+//! built beside this test); for debugging, `PEERS_BESIDE_KUBE_PROXY_ARGS` (extra kube-proxy
+//! flags, e.g. `-v=4`) and `PEERS_BESIDE_DUMP=1` (each kube-proxy's whole log and, in
+//! nftables mode, its table, printed at the end of its run). The last line, `BESIDE-JSON {...}`, is what `tests/bench.sh` merges into
 //! `bench/results.json`. Software emulation is about 20 times slower than a real machine:
 //! read the ratios, measured in one run, not the seconds.
 
@@ -63,12 +82,17 @@ const NODE: &str = "peers-beside";
 /// Parallel requests while seeding.
 const SEED_PARALLEL: usize = 32;
 
-/// One of the three programs.
+/// One of the programs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Who {
     Agent,
     Ipvs,
+    /// nftables mode as kube-proxy 1.37 runs by default (`NFTablesNetlink` on: its listings
+    /// through netlink, its transactions through `nft`).
     Nftables,
+    /// nftables mode with `--feature-gates=NFTablesNetlink=false`: listings through `nft`
+    /// too, as before 1.37. Not run unless named.
+    NftablesExec,
 }
 
 impl Who {
@@ -78,7 +102,13 @@ impl Who {
             Who::Agent => "agent",
             Who::Ipvs => "ipvs",
             Who::Nftables => "nftables",
+            Who::NftablesExec => "nftables-exec",
         }
+    }
+
+    /// Whether it is kube-proxy's nftables mode (either configuration).
+    fn nft(self) -> bool {
+        matches!(self, Who::Nftables | Who::NftablesExec)
     }
 
     fn label(self) -> &'static str {
@@ -86,14 +116,18 @@ impl Who {
             Who::Agent => "the agent",
             Who::Ipvs => "kube-proxy --proxy-mode=ipvs",
             Who::Nftables => "kube-proxy --proxy-mode=nftables",
+            Who::NftablesExec => {
+                "kube-proxy --proxy-mode=nftables --feature-gates=NFTablesNetlink=false"
+            }
         }
     }
 
     /// What the two kernel counts are.
     fn counted(self) -> &'static str {
-        match self {
-            Who::Nftables => "service chains / endpoint chains",
-            _ => "virtual servers / real servers",
+        if self.nft() {
+            "service chains / endpoint chains"
+        } else {
+            "virtual servers / real servers"
         }
     }
 }
@@ -106,6 +140,12 @@ struct Settings {
     cold_limit: Duration,
     programs: Vec<Who>,
     agent: PathBuf,
+    /// Extra kube-proxy flags (`PEERS_BESIDE_KUBE_PROXY_ARGS`, whitespace-separated), e.g.
+    /// `-v=4`: a debugging knob.
+    kube_proxy_args: Vec<String>,
+    /// `PEERS_BESIDE_DUMP=1`: print each kube-proxy's whole log and, in nftables mode, its
+    /// table at the end of its run.
+    dump: bool,
 }
 
 fn env_or(key: &str, default: &str) -> String {
@@ -142,12 +182,18 @@ fn settings() -> Settings {
                 "agent" => Who::Agent,
                 "ipvs" => Who::Ipvs,
                 "nftables" => Who::Nftables,
+                "nftables-exec" => Who::NftablesExec,
                 other => panic!("PEERS_BESIDE_PROGRAMS: unknown program {other}"),
             })
             .collect(),
         agent: std::env::var_os("PEERS_BESIDE_AGENT")
             .map(PathBuf::from)
             .unwrap_or_else(agent),
+        kube_proxy_args: env_or("PEERS_BESIDE_KUBE_PROXY_ARGS", "")
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
+        dump: env_or("PEERS_BESIDE_DUMP", "0") != "0",
     }
 }
 
@@ -299,16 +345,20 @@ fn in_ns(ns: &NodeNs, args: &[&str]) -> String {
 /// The two counts of what `who` has in the kernel (see [`Who::counted`]).
 fn counts(who: Who, ns: &NodeNs, pid: u32) -> (usize, usize) {
     match who {
-        Who::Nftables => {
+        Who::Nftables | Who::NftablesExec => {
             let text = in_ns(ns, &["nft", "list", "chains", "ip"]);
             let chains = |prefix: &str| {
                 text.lines()
                     .filter(|l| l.trim_start().starts_with(prefix))
                     .count()
             };
-            (chains("chain service-"), chains("chain endpoint-"))
+            // `service-endpoints-check` is a base chain, not a Service's.
+            (
+                chains("chain service-") - chains("chain service-endpoints-check "),
+                chains("chain endpoint-"),
+            )
         }
-        _ => {
+        Who::Agent | Who::Ipvs => {
             // The namespace's IPVS table, read through the program's own /proc entry.
             let text =
                 std::fs::read_to_string(format!("/proc/{pid}/net/ip_vs")).unwrap_or_default();
@@ -323,6 +373,61 @@ fn counts(who: Who, ns: &NodeNs, pid: u32) -> (usize, usize) {
             (servers, reals)
         }
     }
+}
+
+/// Every endpoint of S(n, 5): five for each of Services 1 to n - 1, and `default/kubernetes`'s one
+/// (the API server).
+fn expected_endpoints(n: usize) -> usize {
+    (n - 1) * E as usize + 1
+}
+
+/// The endpoints nftables mode sends traffic to: the DNAT destinations of table
+/// `ip kube-proxy`. kube-proxy 1.37.2's nftables mode writes an endpoint chain only for a
+/// session-affine Service's endpoints (`syncProxyRules`: "We only use separate endpoint
+/// chains when adding affinity rules"); any other Service's chain DNATs straight to its
+/// endpoints (`dnat ip addr . port to numgen random mod 5 map { 0 :
+/// 10.128.0.5 . 8080, ... }`, or `dnat to 10.128.0.5:8080` for one), so the endpoint chains
+/// of S(N, 5) are 5 per affine Service, 50 at N = 1000, and the endpoints are counted here.
+/// Each endpoint is one destination: an affine Service's chain jumps to its endpoint chains
+/// (`vmap { 0 : goto endpoint-... }`, no `dnat`), each of which DNATs once.
+fn dnat_targets(ns: &NodeNs) -> usize {
+    dnat_targets_of(&in_ns(ns, &["nft", "list", "table", "ip", "kube-proxy"]))
+}
+
+fn dnat_targets_of(table: &str) -> usize {
+    // The DNAT statements as `nft` 1.0.6 prints them (`dnat ip to numgen ... map`) and as
+    // kube-proxy writes them (`dnat ip addr . port to`); not the hairpin rule's
+    // `ct status dnat` match.
+    let dnat = |l: &str| {
+        [
+            " dnat to ",
+            " dnat ip to ",
+            " dnat ip6 to ",
+            " addr . port to ",
+        ]
+        .iter()
+        .any(|s| l.contains(s))
+    };
+    table
+        .lines()
+        .filter(|l| dnat(l))
+        .map(|l| match l.split_once(" map {") {
+            Some((_, elements)) => elements.matches(" : ").count(),
+            None => 1,
+        })
+        .sum()
+}
+
+/// Where endpoint `address` (port 8080) shows in nftables mode's listing of its Service's
+/// chain: a map element, a lone DNAT, or the name of the endpoint chain jumped to.
+fn nft_shows(listing: &str, address: Ipv4Addr) -> bool {
+    [
+        format!(" {address} . 8080"),
+        format!(" {address}:8080"),
+        format!("__{address}/8080"),
+    ]
+    .iter()
+    .any(|n| listing.contains(n.as_str()))
 }
 
 /// Waits until the VM's CPUs are idle (90% over a second) or a minute has passed, so that
@@ -365,6 +470,8 @@ struct Run {
     cold_cpu: f64,
     /// The counts it reached (the final ones, or how far it got).
     counts: (usize, usize),
+    /// nftables mode: the endpoints its table DNATs to, when last read ([`dnat_targets`]).
+    endpoints: Option<usize>,
     /// Each change's latency, ms (only the ones the kernel showed).
     latencies: Vec<f64>,
     /// Changes written whose result the kernel never showed in time.
@@ -402,6 +509,7 @@ impl Run {
             "cold_s": self.cold.map_or(Value::Null, num),
             "cold_cpu_s": num(self.cold_cpu),
             "counts": [self.counts.0, self.counts.1],
+            "endpoints_dnated": self.endpoints,
             "changes": self.latencies.len(),
             "changes_lost": self.lost,
             "change_median_ms": num(self.median()),
@@ -451,9 +559,9 @@ fn run_one(
     let (bin, kubeconfig, mode) = match who {
         Who::Agent => (set.agent.clone(), cp.agent_kubeconfig(), "ipvs"),
         Who::Ipvs => (kube_proxy(), cp.kube_proxy_kubeconfig(), "ipvs"),
-        Who::Nftables => (kube_proxy(), cp.kube_proxy_kubeconfig(), "nftables"),
+        Who::Nftables | Who::NftablesExec => (kube_proxy(), cp.kube_proxy_kubeconfig(), "nftables"),
     };
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--hostname-override={NODE}"),
         format!("--proxy-mode={mode}"),
@@ -463,6 +571,12 @@ fn run_one(
         "--conntrack-max-per-core=0".into(),
         "--cluster-cidr=10.244.0.0/16".into(),
     ];
+    if who == Who::NftablesExec {
+        args.push("--feature-gates=NFTablesNetlink=false".into());
+    }
+    if who != Who::Agent {
+        args.extend(set.kube_proxy_args.iter().cloned());
+    }
     let dir = PathBuf::from("/tmp/beside");
     std::fs::create_dir_all(&dir).expect("/tmp/beside");
     let log = dir.join(format!("{}-{n}.log", who.key()));
@@ -475,6 +589,11 @@ fn run_one(
     // (seconds since start, counts, CPU ticks) per poll.
     let mut polls: Vec<(f64, (usize, usize), u64)> = Vec::new();
     let mut last_progress = Instant::now();
+    // nftables mode: every endpoint of S(n, 5) must be a DNAT destination of its table
+    // before it is at its full state, whatever its metrics say; the table is read once the
+    // chain counts hold (the last count read, and when it was last read short).
+    let want = expected_endpoints(n);
+    let mut short_at = f64::NEG_INFINITY;
     let finished = loop {
         if !program.running() {
             run.note = format!("exited during the cold sync:\n{}", program.tail(20));
@@ -490,20 +609,28 @@ fn run_one(
         }
         let stable = polls.last().is_some_and(|l| l.1 == c) && c.0 > 0;
         polls.push((at, c, cpu));
-        // nftables mode makes one chain per endpoint: fewer is not its full state, whatever
-        // its metrics say (kube-proxy 1.37.2 in the lab stops at 50 of 5,000, below).
-        let whole = who != Who::Nftables || c.1 >= n * E as usize;
         if stable && ns.sync_status(since).0 {
+            let whole = !who.nft() || {
+                let t = dnat_targets(&ns);
+                if run.endpoints != Some(t) {
+                    last_progress = Instant::now();
+                }
+                run.endpoints = Some(t);
+                if t < want {
+                    short_at = at;
+                }
+                t >= want
+            };
             if whole {
                 break true;
             }
             if last_progress.elapsed() > Duration::from_secs(120) {
                 run.note = format!(
-                    "synced by its metrics but stopped at {} {} (at least {} endpoint chains \
-                     expected), no progress for {:.0?}; the last of its log:\n{}",
+                    "synced by its metrics but stopped at {} {} with {} of the {want} \
+                     endpoints DNATed, no progress for {:.0?}; the last of its log:\n{}",
                     c.0,
                     c.1,
-                    n * E as usize,
+                    run.endpoints.unwrap_or(0),
                     last_progress.elapsed(),
                     program.tail(20)
                 );
@@ -527,16 +654,19 @@ fn run_one(
     if finished {
         let first = polls
             .iter()
-            .find(|p| p.1 == run.counts)
+            .find(|p| p.1 == run.counts && p.0 > short_at)
             .expect("the final counts were polled");
         run.cold = Some(first.0);
         run.cold_cpu = tick_secs(first.2);
         println!(
-            "beside: N={n} {}: full state ({}: {} / {}) {:.2} s after its start, {:.2} CPU s, VmHWM {:.1} MiB",
+            "beside: N={n} {}: full state ({}: {} / {}{}) {:.2} s after its start, {:.2} CPU s, VmHWM {:.1} MiB",
             who.label(),
             who.counted(),
             run.counts.0,
             run.counts.1,
+            run.endpoints
+                .map(|t| format!("; endpoints DNATed: {t} of {want}"))
+                .unwrap_or_default(),
             first.0,
             run.cold_cpu,
             run.rss_cold
@@ -546,6 +676,21 @@ fn run_one(
         println!("beside: N={n} {}: {}", who.label(), run.note);
     }
     run.rss_peak = hwm_mib(pid);
+    if set.dump && who != Who::Agent {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        println!(
+            "beside: N={n} {}: its log ({} lines):\n{log}",
+            who.label(),
+            log.lines().count()
+        );
+        if who.nft() {
+            println!(
+                "beside: N={n} {}: its table:\n{}",
+                who.label(),
+                in_ns(&ns, &["nft", "list", "table", "ip", "kube-proxy"])
+            );
+        }
+    }
     program.kill();
     // Cleared before the namespace goes, so the kernel's teardown of 10,000s of objects runs
     // here and not during the next program's cold sync.
@@ -577,7 +722,7 @@ fn changes(
     let (svc_ns, svc_name) = id(m);
     // The command that shows the Service's backends, and how a new one looks in its output.
     let probe: Vec<String> = match who {
-        Who::Nftables => {
+        Who::Nftables | Who::NftablesExec => {
             let chains = in_ns(ns, &["nft", "list", "chains", "ip"]);
             let suffix = format!("-{svc_ns}/{svc_name}/tcp/");
             let chain = chains
@@ -591,7 +736,7 @@ fn changes(
                 .map(String::from)
                 .to_vec()
         }
-        _ => ["ipvsadm", "-Ln", "-t", &format!("{}:80", vip(m))]
+        Who::Agent | Who::Ipvs => ["ipvsadm", "-Ln", "-t", &format!("{}:80", vip(m))]
             .map(String::from)
             .to_vec(),
     };
@@ -608,10 +753,8 @@ fn changes(
         }
         let k = CHANGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let address = v4([10, 200, 0, 0], k);
-        let needle = match who {
-            Who::Nftables => format!("__{address}/8080"),
-            _ => format!("{address}:8080"),
-        };
+        let nft = who.nft();
+        let needle = format!("{address}:8080");
         let limit = set
             .change_limit
             .saturating_sub(phase.elapsed())
@@ -631,7 +774,11 @@ fn changes(
                     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                     .unwrap_or_default();
                 costs.push(p.elapsed().as_secs_f64() * 1e3);
-                if out.contains(&needle) {
+                if if nft {
+                    nft_shows(&out, address)
+                } else {
+                    out.contains(&needle)
+                } {
                     return (Some(t.elapsed()), costs);
                 }
                 if t.elapsed() > limit {
@@ -705,14 +852,14 @@ type Figure = fn(&Run) -> f64;
 /// The table of one N: each program's figures and the agent's ratios to each kube-proxy.
 fn table(n: usize, seed: f64, runs: &BTreeMap<&'static str, Run>) -> String {
     let mut t = format!("\nS({n}, 5), seeded in {seed:.1} s\n\n| | ");
-    let order: Vec<&str> = ["agent", "ipvs", "nftables"]
+    let order: Vec<&str> = ["agent", "ipvs", "nftables", "nftables-exec"]
         .into_iter()
         .filter(|k| runs.contains_key(k))
         .collect();
     for k in &order {
         let _ = write!(t, "{k} | ");
     }
-    let ratios: Vec<&str> = ["ipvs", "nftables"]
+    let ratios: Vec<&str> = ["ipvs", "nftables", "nftables-exec"]
         .into_iter()
         .filter(|k| runs.contains_key(k) && runs.contains_key("agent"))
         .collect();
@@ -750,7 +897,11 @@ fn table(n: usize, seed: f64, runs: &BTreeMap<&'static str, Run>) -> String {
     let _ = write!(t, "| counts reached | ");
     for k in &order {
         let r = &runs[k];
-        let _ = write!(t, "{} / {} | ", r.counts.0, r.counts.1);
+        let _ = write!(t, "{} / {}", r.counts.0, r.counts.1);
+        if let Some(e) = r.endpoints {
+            let _ = write!(t, " ({e} endpoints DNATed)");
+        }
+        t.push_str(" | ");
     }
     for _ in &ratios {
         t.push_str(" | ");
@@ -869,4 +1020,44 @@ fn beside_kube_proxy_ipvs_and_nftables_modes_and_the_agent_on_s_n_5() {
         // Every size so far, in case a long run is stopped.
         println!("{}", results_json(&all, &seeds));
     }
+}
+
+/// The endpoint count on a real table of kube-proxy 1.37.2 (`nft list table ip kube-proxy`,
+/// `nft` 1.0.6, cut): a plain Service's map, the API server's lone DNAT, a session-affine
+/// Service's endpoint chains (one counted, its service chain's jumps not), the hairpin rule
+/// not; and the change probe's three forms.
+#[test]
+fn nftables_endpoints_are_counted_once_each() {
+    let table = "\
+table ip kube-proxy {
+\tchain nat-postrouting {
+\t\tct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
+\t}
+\tchain service-2QRHZV4L-default/kubernetes/tcp/https {
+\t\tmeta l4proto tcp dnat to 10.0.2.2:39531
+\t}
+\tchain endpoint-WDGI77IV-ns0/svc3/tcp/__10.128.0.15/8080 {
+\t\tupdate @affinity-WDGI77IV-ns0/svc3/tcp/__10.128.0.15/8080 { ip saddr }
+\t\tmeta l4proto tcp dnat to 10.128.0.15:8080
+\t}
+\tchain service-JBT367TP-ns0/svc3/tcp/ {
+\t\tip saddr @affinity-WDGI77IV-ns0/svc3/tcp/__10.128.0.15/8080 goto endpoint-WDGI77IV-ns0/svc3/tcp/__10.128.0.15/8080
+\t\tnumgen random mod 1 vmap { 0 : goto endpoint-WDGI77IV-ns0/svc3/tcp/__10.128.0.15/8080 }
+\t}
+\tchain service-JXETZIMN-ns1/svc100/tcp/ {
+\t\tmeta l4proto tcp dnat ip to numgen random mod 5 map { 0 : 10.128.1.244 . 8080, 1 : 10.128.1.245 . 8080, 2 : 10.128.1.246 . 8080, 3 : 10.128.1.247 . 8080, 4 : 10.200.0.5 . 8080 }
+\t}
+}
+";
+    assert_eq!(dnat_targets_of(table), 7);
+    assert_eq!(
+        dnat_targets_of(
+            "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }"
+        ),
+        2
+    );
+    assert!(nft_shows(table, Ipv4Addr::new(10, 200, 0, 5)));
+    assert!(nft_shows(table, Ipv4Addr::new(10, 128, 0, 15)));
+    assert!(!nft_shows(table, Ipv4Addr::new(10, 200, 0, 50)));
+    assert!(!nft_shows(table, Ipv4Addr::new(10, 128, 1, 24)));
 }
