@@ -724,6 +724,8 @@ static ROUTE: AtomicBool = AtomicBool::new(false);
 
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
+    // As the agent's own main does, before any thread.
+    kube_proxy_ipvs_agent::allocator::one_arena();
     if std::env::var_os("SCALE_LOG").is_some() {
         LOG.store(true, Ordering::Relaxed);
         tracing_subscriber::fmt()

@@ -17,12 +17,14 @@
 //! - [`sync`]: the level-triggered sync loop.
 //! - [`health`] and [`metrics`]: kube-proxy's health state and metrics, recorded from each
 //!   sync; [`web`]: the HTTP servers they and the health-check node ports answer on.
+//! - [`allocator`]: glibc's allocator set to one arena, for a lower peak of memory.
 //! - [`cli`], [`config_file`] and [`run`]: kube-proxy's flags and configuration file, and the
 //!   agent's modes; [`logging`]: the log on standard error.
 //!
 //! [`Cluster`]: model::cluster::Cluster
-#![deny(unsafe_code)] // one exception: dataplane::child's pre_exec
+#![deny(unsafe_code)] // two exceptions: dataplane::child's pre_exec, allocator's mallopt
 
+pub mod allocator;
 pub mod cli;
 pub mod config_file;
 pub mod dataplane;

@@ -4,9 +4,11 @@
 
 use std::process::ExitCode;
 
-use kube_proxy_ipvs_agent::{cli, logging, run};
+use kube_proxy_ipvs_agent::{allocator, cli, logging, run};
 
 fn main() -> ExitCode {
+    // Before any thread: one arena keeps the peak of memory down (the module says why).
+    allocator::one_arena();
     let settings = match cli::parse() {
         Ok(s) => s,
         Err(e) => {
