@@ -188,10 +188,30 @@ impl<D: Dataplane> Syncer<D> {
 
     /// The refusals of Services' own schedulers in `cluster` that the last sync did not have,
     /// so that each is logged and recorded once when it starts rather than at every sync.
-    fn new_refusals(&mut self, cluster: &Cluster) -> Vec<Refusal> {
-        let now: BTreeSet<Refusal> = scheduler::refusals(cluster, &self.config)
-            .into_iter()
-            .collect();
+    /// The refusals that start with this sync; with `only`, the Services that changed are
+    /// looked at alone (the others' refusals stand as they were).
+    fn new_refusals(
+        &mut self,
+        cluster: &Cluster,
+        only: Option<&BTreeSet<ServiceRef>>,
+    ) -> Vec<Refusal> {
+        let now: BTreeSet<Refusal> = match only {
+            None => scheduler::refusals(cluster, &self.config)
+                .into_iter()
+                .collect(),
+            Some(changed) => self
+                .refused
+                .iter()
+                .filter(|r| !changed.contains(&r.service))
+                .cloned()
+                .chain(
+                    changed
+                        .iter()
+                        .filter_map(|id| cluster.services.get(id))
+                        .filter_map(|s| scheduler::resolve(s, &self.config).1),
+                )
+                .collect(),
+        };
         let new = now.difference(&self.refused).cloned().collect();
         self.refused = now;
         new
@@ -432,7 +452,7 @@ impl<D: Dataplane> Syncer<D> {
             })
             .collect();
         let mut warnings = want.conflicts.clone();
-        let scheduler_refusals = self.new_refusals(cluster);
+        let scheduler_refusals = self.new_refusals(cluster, only.map(|(changed, _)| changed));
         warnings.extend(
             scheduler_refusals
                 .iter()
@@ -923,6 +943,49 @@ mod tests {
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c
+    }
+
+    #[tokio::test]
+    async fn a_change_looks_at_its_own_services_refusals_and_keeps_the_others() {
+        let mut c = cluster(
+            vec![
+                svc("web").cluster_ip("10.96.0.10").tcp(80),
+                svc("api").cluster_ip("10.96.0.11").tcp(80),
+            ],
+            vec![
+                eps("web", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-b"),
+                eps("api", "", Protocol::Tcp, 8080).ready("10.244.0.3", "node-b"),
+            ],
+        );
+        let set = |c: &mut Cluster, name: &str, sched: Option<&str>| {
+            let id = ServiceRef::new("default", name);
+            Arc::make_mut(c.services.get_mut(&id).unwrap()).scheduler = sched.map(Into::into);
+            BTreeSet::from([id])
+        };
+        let refused = |r: &Report| {
+            r.scheduler_refusals
+                .iter()
+                .map(|r| r.service.to_string())
+                .collect::<Vec<_>>()
+        };
+        set(&mut c, "web", Some("lblc"));
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        let r = s.sync(&c, true).await.unwrap();
+        assert_eq!(refused(&r), ["default/web"]);
+        // api's change: its refusal is new, web's stands and is not told again.
+        let changed = set(&mut c, "api", Some("lblcr"));
+        let r = s.sync_changed(&c, &changed).await.unwrap();
+        assert!(!r.full);
+        assert_eq!(refused(&r), ["default/api"]);
+        // web's ends, then starts again: a new spell.
+        let changed = set(&mut c, "web", None);
+        assert!(refused(&s.sync_changed(&c, &changed).await.unwrap()).is_empty());
+        let changed = set(&mut c, "web", Some("lblc"));
+        let r = s.sync_changed(&c, &changed).await.unwrap();
+        assert_eq!(refused(&r), ["default/web"]);
+        // A full sync looks at every Service and finds what the changes kept: nothing new.
+        let r = s.sync(&c, true).await.unwrap();
+        assert!(refused(&r).is_empty(), "{:?}", refused(&r));
     }
 
     #[tokio::test]

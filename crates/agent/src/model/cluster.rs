@@ -274,13 +274,22 @@ impl Cluster {
     pub fn slices_of_services(&self, ids: &BTreeSet<ServiceRef>) -> SlicesByService<'_> {
         let mut by = BTreeMap::<&ServiceRef, Vec<&EndpointSlice>>::new();
         let only = (ids.len() == 1).then(|| ids.first()).flatten();
-        for slice in self.slices.values() {
-            let wanted = match only {
-                Some(id) => slice.service == *id,
-                None => ids.contains(&slice.service),
-            };
-            if wanted {
-                by.entry(&slice.service).or_default().push(slice);
+        // A slice lives in its Service's namespace: only those namespaces are looked through.
+        let namespaces: BTreeSet<&str> = ids.iter().map(|id| id.namespace.as_str()).collect();
+        for namespace in namespaces {
+            let slices = self
+                .slices
+                .range((namespace.to_string(), String::new())..)
+                .take_while(|((ns, _), _)| ns == namespace)
+                .map(|(_, slice)| slice);
+            for slice in slices {
+                let wanted = match only {
+                    Some(id) => slice.service == *id,
+                    None => ids.contains(&slice.service),
+                };
+                if wanted {
+                    by.entry(&slice.service).or_default().push(slice);
+                }
             }
         }
         SlicesByService(by)
