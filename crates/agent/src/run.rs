@@ -490,14 +490,15 @@ fn spawn_change_counter(mut changes: Snapshots, health: Health, metrics: Arc<Met
 /// How many Services and EndpointSlices differ between two snapshots.
 fn count_changes(before: Option<&Cluster>, after: Option<&Cluster>) -> (u64, u64) {
     fn diff<K: Ord, V: PartialEq>(
-        a: Option<&std::collections::BTreeMap<K, V>>,
-        b: Option<&std::collections::BTreeMap<K, V>>,
+        a: Option<&std::collections::BTreeMap<K, Arc<V>>>,
+        b: Option<&std::collections::BTreeMap<K, Arc<V>>>,
     ) -> u64 {
         let empty = std::collections::BTreeMap::new();
-        let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
-        let changed = a.iter().filter(|(k, v)| b.get(k) != Some(v)).count();
-        let added = b.keys().filter(|k| !a.contains_key(k)).count();
-        (changed + added) as u64
+        let mut n = 0;
+        crate::model::cluster::each_difference(a.unwrap_or(&empty), b.unwrap_or(&empty), |_, _| {
+            n += 1
+        });
+        n
     }
     (
         diff(before.map(|c| &c.services), after.map(|c| &c.services)),

@@ -306,42 +306,58 @@ impl Cluster {
 
 /// The Services whose object or EndpointSlices differ between two snapshots (deleted and new
 /// ones included), or `None` when the Node differs: a change that reaches every Service.
-/// Costs a comparison per object, not a recomputation.
+/// Costs one walk over both snapshots side by side, a key comparison per object, not a
+/// recomputation (nor a lookup per object).
 pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<ServiceRef>> {
     if before.node != after.node {
         return None;
     }
     let mut changed = BTreeSet::new();
-    let same =
-        |a: Option<&Arc<Service>>, b: &Arc<Service>| a.is_some_and(|a| Arc::ptr_eq(a, b) || a == b);
-    for (id, s) in &after.services {
-        if !same(before.services.get(id), s) {
-            changed.insert(id.clone());
+    each_difference(&before.services, &after.services, |b, a| {
+        if let Some(s) = a.or(b) {
+            changed.insert(s.id.clone());
         }
-    }
-    for id in before.services.keys() {
-        if !after.services.contains_key(id) {
-            changed.insert(id.clone());
+    });
+    each_difference(&before.slices, &after.slices, |b, a| {
+        for s in [b, a].into_iter().flatten() {
+            changed.insert(s.service.clone());
         }
-    }
-    for (key, s) in &after.slices {
-        match before.slices.get(key) {
-            Some(b) if Arc::ptr_eq(b, s) || b == s => {}
-            Some(b) => {
-                changed.insert(b.service.clone());
-                changed.insert(s.service.clone());
-            }
-            None => {
-                changed.insert(s.service.clone());
-            }
-        }
-    }
-    for (key, b) in &before.slices {
-        if !after.slices.contains_key(key) {
-            changed.insert(b.service.clone());
-        }
-    }
+    });
     Some(changed)
+}
+
+/// Calls `f(before, after)` for every key whose object differs between two maps of shared
+/// objects (`None` on the side that lacks the key), walking both in key order together. The
+/// same object (by pointer, as unchanged objects are shared between snapshots) or an equal
+/// one is no difference.
+pub fn each_difference<'a, K: Ord, V: PartialEq>(
+    before: &'a BTreeMap<K, Arc<V>>,
+    after: &'a BTreeMap<K, Arc<V>>,
+    mut f: impl FnMut(Option<&'a V>, Option<&'a V>),
+) {
+    use std::cmp::Ordering;
+    let mut b = before.iter().peekable();
+    let mut a = after.iter().peekable();
+    loop {
+        let order = match (b.peek(), a.peek()) {
+            (None, None) => return,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((kb, _)), Some((ka, _))) => kb.cmp(ka),
+        };
+        match order {
+            Ordering::Less => f(b.next().map(|(_, v)| &**v), None),
+            Ordering::Greater => f(None, a.next().map(|(_, v)| &**v)),
+            Ordering::Equal => {
+                let (Some((_, vb)), Some((_, va))) = (b.next(), a.next()) else {
+                    return;
+                };
+                if !(Arc::ptr_eq(vb, va) || vb == va) {
+                    f(Some(&**vb), Some(&**va));
+                }
+            }
+        }
+    }
 }
 
 /// EndpointSlices grouped by Service ([`Cluster::slices_by_service`]), each group in the order
@@ -398,6 +414,60 @@ mod tests {
         assert_eq!(names, ["a", "c", "d"]);
         after.node = Some(Node::default());
         assert_eq!(changed_services(&before, &after), None);
+    }
+
+    /// The lookups the walk replaced: every key of each side looked up in the other.
+    fn changed_by_lookups(before: &Cluster, after: &Cluster) -> BTreeSet<ServiceRef> {
+        let mut changed = BTreeSet::new();
+        for (id, s) in &after.services {
+            if before.services.get(id) != Some(s) {
+                changed.insert(id.clone());
+            }
+        }
+        for id in before.services.keys() {
+            if !after.services.contains_key(id) {
+                changed.insert(id.clone());
+            }
+        }
+        for (key, s) in &after.slices {
+            match before.slices.get(key) {
+                Some(b) if b == s => {}
+                Some(b) => {
+                    changed.insert(b.service.clone());
+                    changed.insert(s.service.clone());
+                }
+                None => {
+                    changed.insert(s.service.clone());
+                }
+            }
+        }
+        for (key, b) in &before.slices {
+            if !after.slices.contains_key(key) {
+                changed.insert(b.service.clone());
+            }
+        }
+        changed
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_walk_finds_what_lookups_find(
+            start in proptest::collection::vec(crate::model::incremental::tests::change(), 0..12),
+            then in proptest::collection::vec(crate::model::incremental::tests::change(), 0..6),
+        ) {
+            let mut before = cluster(vec![], vec![]);
+            for c in &start {
+                crate::model::incremental::tests::apply(&mut before, c);
+            }
+            let mut after = before.clone();
+            for c in &then {
+                crate::model::incremental::tests::apply(&mut after, c);
+            }
+            proptest::prop_assert_eq!(
+                changed_services(&before, &after),
+                Some(changed_by_lookups(&before, &after))
+            );
+        }
     }
 
     #[test]
