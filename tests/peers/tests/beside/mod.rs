@@ -22,11 +22,12 @@
 //!   and two polls in a row agree;
 //! - **one endpoint change**: the fifth endpoint of one ClusterIP Service's slice moved to a
 //!   new address, from just before the API write to the first poll of the kernel that shows
-//!   it, polled back to back the same way for all three, with the real tools from a thread in
-//!   the program's namespace: `ipvsadm -Ln -t VIP:80` for IPVS, `nft list chain ip kube-proxy
-//!   <that Service's chain>` for nftables mode (the new address as a map element, a lone DNAT
-//!   or an endpoint chain's name: [`nft_shows`]; the poll's own cost is printed: it is the
-//!   resolution); one change every 1-2 s (kube-proxy's `--min-sync-period`, 1 s in nftables
+//!   it, watched from a thread in the program's namespace with the real tools: `ipvsadm -Ln -t
+//!   VIP:80` polled back to back for IPVS (the poll's own cost is printed: it is the
+//!   resolution), `nft monitor rules` for nftables mode (the new address as a map element, a
+//!   lone DNAT or an endpoint chain's name in a rule it prints: [`nft_shows`]; a poll of the
+//!   chain with `nft list chain` took 14.7 s at N = 10000, the monitor's start is printed
+//!   instead); one change every 1-2 s (kube-proxy's `--min-sync-period`, 1 s in nftables
 //!   mode, never delays one);
 //! - **CPU**: utime + stime of the program and of the children it waited for (`iptables-restore`,
 //!   `ipset`, `nft`: kube-proxy's nftables mode does its kernel work in `nft`), from
@@ -430,6 +431,53 @@ fn nft_shows(listing: &str, address: Ipv4Addr) -> bool {
     .any(|n| listing.contains(n.as_str()))
 }
 
+/// Runs `nft monitor rules` (in the calling thread's namespace), tells `ready` once it
+/// listens, and returns when a rule it prints shows `address` ([`nft_shows`]), with when;
+/// `None` after `limit`. The one cost returned is how long the monitor took to start.
+fn monitor_until(
+    address: Ipv4Addr,
+    limit: Duration,
+    ready: &std::sync::mpsc::Sender<()>,
+) -> (Option<Instant>, Vec<f64>) {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let p = Instant::now();
+    let Ok(mut monitor) = Command::new("nft")
+        .args(["monitor", "rules"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        let _ = ready.send(());
+        return (None, Vec::new());
+    };
+    let stdout = monitor.stdout.take().expect("piped");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    // `nft monitor` says nothing once it has subscribed: give it a moment before the write.
+    std::thread::sleep(Duration::from_millis(300));
+    let cost = p.elapsed().as_secs_f64() * 1e3;
+    let _ = ready.send(());
+    let deadline = Instant::now() + limit;
+    let seen = loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((at, line)) if nft_shows(&line, address) => break Some(at),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    (seen, vec![cost])
+}
+
 /// Waits until the VM's CPUs are idle (90% over a second) or a minute has passed, so that
 /// the namespace teardown of one run does not count against the next.
 fn wait_quiet() -> Duration {
@@ -761,10 +809,19 @@ fn changes(
             .max(Duration::from_secs(60));
         let probe = probe.clone();
         let before = ticks(pid).unwrap_or(0);
-        let t = Instant::now();
-        // The watcher starts before the write, in the program's namespace; its tools inherit
-        // the namespace of the thread that starts them.
+        // The watcher starts before the write, in the program's namespace (its tools inherit
+        // the namespace of the thread that starts them), and says when it is watching; it
+        // returns when it saw the new endpoint. IPVS is polled. nftables mode is watched, not
+        // polled: a poll of its chain (`nft list chain`) loads the table's whole cache, 14.7 s
+        // at N = 10000, longer than its changes take, while `nft monitor` prints each rule as
+        // its transaction commits.
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         let watcher = ns.ns.spawn(move || {
+            if nft {
+                return monitor_until(address, limit, &ready_tx);
+            }
+            let _ = ready_tx.send(());
+            let start = Instant::now();
             let mut costs = Vec::new();
             loop {
                 let p = Instant::now();
@@ -774,22 +831,21 @@ fn changes(
                     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                     .unwrap_or_default();
                 costs.push(p.elapsed().as_secs_f64() * 1e3);
-                if if nft {
-                    nft_shows(&out, address)
-                } else {
-                    out.contains(&needle)
-                } {
-                    return (Some(t.elapsed()), costs);
+                if out.contains(&needle) {
+                    return (Some(Instant::now()), costs);
                 }
-                if t.elapsed() > limit {
+                if start.elapsed() > limit {
                     return (None, costs);
                 }
             }
         });
+        let _ = ready.recv_timeout(Duration::from_secs(30));
+        let t = Instant::now();
         cluster
             .apply(&[slice(m, Some(address))])
             .expect("the endpoint change");
         let (seen, costs) = watcher.join().expect("the watcher");
+        let seen = seen.map(|at| at.saturating_duration_since(t));
         window_ticks += ticks(pid).unwrap_or(0).saturating_sub(before);
         poll_costs.extend(costs);
         match seen {
