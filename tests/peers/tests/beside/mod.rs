@@ -432,8 +432,9 @@ fn nft_shows(listing: &str, address: Ipv4Addr) -> bool {
 }
 
 /// Runs `nft monitor rules` (in the calling thread's namespace), tells `ready` once it
-/// listens, and returns when a rule it prints shows `address` ([`nft_shows`]), with when;
-/// `None` after `limit`. The one cost returned is how long the monitor took to start.
+/// listens (a probe rule of its own came out of it), and returns when a rule it prints shows
+/// `address` ([`nft_shows`]), with when; `None` after `limit`. The one cost returned is how
+/// long the monitor took to listen.
 fn monitor_until(
     address: Ipv4Addr,
     limit: Duration,
@@ -461,8 +462,35 @@ fn monitor_until(
             }
         }
     });
-    // `nft monitor` says nothing once it has subscribed: give it a moment before the write.
-    std::thread::sleep(Duration::from_millis(300));
+    // `nft monitor` loads the table's cache before it listens (as long as a listing: 15 s at
+    // N = 10000) and says nothing when it does: a probe rule in a table of its own, written
+    // again every second, shows it listening once it comes out.
+    let marker = format!("beside-ready-{address}");
+    let write_probe = || {
+        let _ = Command::new("nft")
+            .arg(format!(
+                "add table ip beside-probe; add chain ip beside-probe c; \
+                 add rule ip beside-probe c counter comment \"{marker}\""
+            ))
+            .output();
+    };
+    let ready_by = Instant::now() + Duration::from_secs(120);
+    let mut next_probe = Instant::now();
+    loop {
+        if Instant::now() >= next_probe {
+            write_probe();
+            next_probe = Instant::now() + Duration::from_secs(1);
+        }
+        match lines.recv_timeout(Duration::from_millis(200)) {
+            Ok((_, line)) if line.contains(&marker) => break,
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                if Instant::now() < ready_by => {}
+            _ => break,
+        }
+    }
+    let _ = Command::new("nft")
+        .args(["delete", "table", "ip", "beside-probe"])
+        .output();
     let cost = p.elapsed().as_secs_f64() * 1e3;
     let _ = ready.send(());
     let deadline = Instant::now() + limit;
