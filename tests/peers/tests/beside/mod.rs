@@ -26,8 +26,9 @@
 //!   VIP:80` polled back to back for IPVS (the poll's own cost is printed: it is the
 //!   resolution), `nft monitor rules` for nftables mode (the new address as a map element, a
 //!   lone DNAT or an endpoint chain's name in a rule it prints: [`nft_shows`]; a poll of the
-//!   chain with `nft list chain` took 14.7 s at N = 10000, the monitor's start is printed
-//!   instead); one change every 1-2 s (kube-proxy's `--min-sync-period`, 1 s in nftables
+//!   chain with `nft list chain` took 14.7 s at N = 10000; one monitor, started once per
+//!   change phase since it loads the table before it listens, and its time to listen is
+//!   printed instead); one change every 1-2 s (kube-proxy's `--min-sync-period`, 1 s in nftables
 //!   mode, never delays one);
 //! - **CPU**: utime + stime of the program and of the children it waited for (`iptables-restore`,
 //!   `ipset`, `nft`: kube-proxy's nftables mode does its kernel work in `nft`), from
@@ -431,79 +432,108 @@ fn nft_shows(listing: &str, address: Ipv4Addr) -> bool {
     .any(|n| listing.contains(n.as_str()))
 }
 
-/// Runs `nft monitor rules` (in the calling thread's namespace), tells `ready` once it
-/// listens (a probe rule of its own came out of it), and returns when a rule it prints shows
-/// `address` ([`nft_shows`]), with when; `None` after `limit`. The one cost returned is how
-/// long the monitor took to listen.
-fn monitor_until(
-    address: Ipv4Addr,
-    limit: Duration,
-    ready: &std::sync::mpsc::Sender<()>,
-) -> (Option<Instant>, Vec<f64>) {
-    use std::io::BufRead as _;
-    use std::process::Stdio;
-    let p = Instant::now();
-    let Ok(mut monitor) = Command::new("nft")
-        .args(["monitor", "rules"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-    else {
-        let _ = ready.send(());
-        return (None, Vec::new());
-    };
-    let stdout = monitor.stdout.take().expect("piped");
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send((Instant::now(), line)).is_err() {
-                break;
+/// `nft monitor rules`, started once in a program's namespace for its whole change phase:
+/// it loads the table's cache before it listens (as long as a listing: 15 s at N = 10000),
+/// so one started per change would cost that every change.
+struct Monitor {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<(Instant, String)>,
+    /// How long it took to listen, ms.
+    listen_ms: f64,
+}
+
+impl Monitor {
+    /// Starts the monitor in `ns` and returns once it listens: it says nothing when it does,
+    /// so a probe rule in a table of its own is written every second until it comes out.
+    fn start(ns: &NodeNs) -> Option<Monitor> {
+        ns.ns
+            .spawn(|| {
+                use std::io::BufRead as _;
+                use std::process::Stdio;
+                let p = Instant::now();
+                let mut child = Command::new("nft")
+                    .args(["monitor", "rules"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .ok()?;
+                let stdout = child.stdout.take().expect("piped");
+                let (lines_tx, lines) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    for line in std::io::BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        if lines_tx.send((Instant::now(), line)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let marker = "beside-monitor-ready";
+                let ready_by = Instant::now() + Duration::from_secs(120);
+                let mut next_probe = Instant::now();
+                let listening = loop {
+                    if Instant::now() >= next_probe {
+                        let _ = Command::new("nft")
+                            .arg(format!(
+                                "add table ip beside-probe; add chain ip beside-probe c; \
+                                 add rule ip beside-probe c counter comment \"{marker}\""
+                            ))
+                            .output();
+                        next_probe = Instant::now() + Duration::from_secs(1);
+                    }
+                    match lines.recv_timeout(Duration::from_millis(200)) {
+                        Ok((_, line)) if line.contains(marker) => break true,
+                        Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                            if Instant::now() < ready_by => {}
+                        _ => break false,
+                    }
+                };
+                let _ = Command::new("nft")
+                    .args(["delete", "table", "ip", "beside-probe"])
+                    .output();
+                let mut monitor = Monitor {
+                    child,
+                    lines,
+                    listen_ms: p.elapsed().as_secs_f64() * 1e3,
+                };
+                if !listening {
+                    println!("beside: nft monitor did not listen within 120 s");
+                    let _ = monitor.child.kill();
+                    return None;
+                }
+                // What it printed before now (the probe's deletion) is not a change.
+                while monitor.lines.try_recv().is_ok() {}
+                Some(monitor)
+            })
+            .join()
+            .expect("the monitor's start")
+    }
+
+    /// Forgets what was printed so far, so that only rules after now are looked at.
+    fn drain(&self) {
+        while self.lines.try_recv().is_ok() {}
+    }
+
+    /// When a rule it printed showed `address` ([`nft_shows`]); `None` after `limit`.
+    fn until(&self, address: Ipv4Addr, limit: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok((at, line)) if nft_shows(&line, address) => return Some(at),
+                Ok(_) => {}
+                Err(_) => return None,
             }
         }
-    });
-    // `nft monitor` loads the table's cache before it listens (as long as a listing: 15 s at
-    // N = 10000) and says nothing when it does: a probe rule in a table of its own, written
-    // again every second, shows it listening once it comes out.
-    let marker = format!("beside-ready-{address}");
-    let write_probe = || {
-        let _ = Command::new("nft")
-            .arg(format!(
-                "add table ip beside-probe; add chain ip beside-probe c; \
-                 add rule ip beside-probe c counter comment \"{marker}\""
-            ))
-            .output();
-    };
-    let ready_by = Instant::now() + Duration::from_secs(120);
-    let mut next_probe = Instant::now();
-    loop {
-        if Instant::now() >= next_probe {
-            write_probe();
-            next_probe = Instant::now() + Duration::from_secs(1);
-        }
-        match lines.recv_timeout(Duration::from_millis(200)) {
-            Ok((_, line)) if line.contains(&marker) => break,
-            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-                if Instant::now() < ready_by => {}
-            _ => break,
-        }
     }
-    let _ = Command::new("nft")
-        .args(["delete", "table", "ip", "beside-probe"])
-        .output();
-    let cost = p.elapsed().as_secs_f64() * 1e3;
-    let _ = ready.send(());
-    let deadline = Instant::now() + limit;
-    let seen = loop {
-        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok((at, line)) if nft_shows(&line, address) => break Some(at),
-            Ok(_) => {}
-            Err(_) => break None,
-        }
-    };
-    let _ = monitor.kill();
-    let _ = monitor.wait();
-    (seen, vec![cost])
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Waits until the VM's CPUs are idle (90% over a second) or a minute has passed, so that
@@ -796,31 +826,28 @@ fn changes(
 ) {
     let m = changed(n);
     let (svc_ns, svc_name) = id(m);
-    // The command that shows the Service's backends, and how a new one looks in its output.
-    let probe: Vec<String> = match who {
-        Who::Nftables | Who::NftablesExec => {
-            let chains = in_ns(ns, &["nft", "list", "chains", "ip"]);
-            let suffix = format!("-{svc_ns}/{svc_name}/tcp/");
-            let chain = chains
-                .lines()
-                .filter_map(|l| l.trim().strip_prefix("chain "))
-                .map(|l| l.trim_end_matches('{').trim())
-                .find(|c| c.starts_with("service-") && c.ends_with(&suffix))
-                .unwrap_or_else(|| panic!("no service chain ending with {suffix}"))
-                .to_string();
-            ["nft", "list", "chain", "ip", "kube-proxy", &chain]
-                .map(String::from)
-                .to_vec()
-        }
-        Who::Agent | Who::Ipvs => ["ipvsadm", "-Ln", "-t", &format!("{}:80", vip(m))]
-            .map(String::from)
-            .to_vec(),
+    // IPVS is polled with the command that shows the Service's real servers. nftables mode is
+    // watched, not polled: a poll of its chain (`nft list chain`) loads the table's whole
+    // cache, 14.7 s at N = 10000, longer than its changes take, while `nft monitor` prints
+    // each rule as its transaction commits.
+    let probe: Vec<String> = ["ipvsadm", "-Ln", "-t", &format!("{}:80", vip(m))]
+        .map(String::from)
+        .to_vec();
+    let monitor = if who.nft() {
+        let Some(monitor) = Monitor::start(ns) else {
+            run.note.push_str("nft monitor never listened");
+            return;
+        };
+        Some(monitor)
+    } else {
+        None
     };
     let pid = program.pid();
     let phase = Instant::now();
     let cpu0 = ticks(pid).unwrap_or(0);
     let mut window_ticks = 0u64;
-    let mut poll_costs = Vec::new();
+    // For nftables mode the one cost is how long its monitor took to listen.
+    let mut poll_costs: Vec<f64> = monitor.iter().map(|m| m.listen_ms).collect();
     // A fixed pseudo-random gap of 1-2 s between changes (no phase lock with periodic syncs).
     let mut rng: u32 = 0x9e37_79b9;
     for _ in 0..set.changes {
@@ -829,53 +856,55 @@ fn changes(
         }
         let k = CHANGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let address = v4([10, 200, 0, 0], k);
-        let nft = who.nft();
         let needle = format!("{address}:8080");
         let limit = set
             .change_limit
             .saturating_sub(phase.elapsed())
             .max(Duration::from_secs(60));
-        let probe = probe.clone();
         let before = ticks(pid).unwrap_or(0);
-        // The watcher starts before the write, in the program's namespace (its tools inherit
-        // the namespace of the thread that starts them), and says when it is watching; it
-        // returns when it saw the new endpoint. IPVS is polled. nftables mode is watched, not
-        // polled: a poll of its chain (`nft list chain`) loads the table's whole cache, 14.7 s
-        // at N = 10000, longer than its changes take, while `nft monitor` prints each rule as
-        // its transaction commits.
-        let (ready_tx, ready) = std::sync::mpsc::channel();
-        let watcher = ns.ns.spawn(move || {
-            if nft {
-                return monitor_until(address, limit, &ready_tx);
-            }
-            let _ = ready_tx.send(());
-            let start = Instant::now();
-            let mut costs = Vec::new();
-            loop {
-                let p = Instant::now();
-                let out = Command::new(&probe[0])
-                    .args(&probe[1..])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
-                costs.push(p.elapsed().as_secs_f64() * 1e3);
-                if out.contains(&needle) {
-                    return (Some(Instant::now()), costs);
+        let (seen, t) = if let Some(monitor) = &monitor {
+            monitor.drain();
+            let t = Instant::now();
+            cluster
+                .apply(&[slice(m, Some(address))])
+                .expect("the endpoint change");
+            (monitor.until(address, limit), t)
+        } else {
+            // The poller starts before the write, in the program's namespace (its tools
+            // inherit the namespace of the thread that starts them).
+            let probe = probe.clone();
+            let (ready_tx, ready) = std::sync::mpsc::channel();
+            let watcher = ns.ns.spawn(move || {
+                let _ = ready_tx.send(());
+                let start = Instant::now();
+                let mut costs = Vec::new();
+                loop {
+                    let p = Instant::now();
+                    let out = Command::new(&probe[0])
+                        .args(&probe[1..])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default();
+                    costs.push(p.elapsed().as_secs_f64() * 1e3);
+                    if out.contains(&needle) {
+                        return (Some(Instant::now()), costs);
+                    }
+                    if start.elapsed() > limit {
+                        return (None, costs);
+                    }
                 }
-                if start.elapsed() > limit {
-                    return (None, costs);
-                }
-            }
-        });
-        let _ = ready.recv_timeout(Duration::from_secs(30));
-        let t = Instant::now();
-        cluster
-            .apply(&[slice(m, Some(address))])
-            .expect("the endpoint change");
-        let (seen, costs) = watcher.join().expect("the watcher");
+            });
+            let _ = ready.recv_timeout(Duration::from_secs(30));
+            let t = Instant::now();
+            cluster
+                .apply(&[slice(m, Some(address))])
+                .expect("the endpoint change");
+            let (seen, costs) = watcher.join().expect("the watcher");
+            poll_costs.extend(costs);
+            (seen, t)
+        };
         let seen = seen.map(|at| at.saturating_duration_since(t));
         window_ticks += ticks(pid).unwrap_or(0).saturating_sub(before);
-        poll_costs.extend(costs);
         match seen {
             Some(d) => run.latencies.push(d.as_secs_f64() * 1e3),
             None => run.lost += 1,
