@@ -19,7 +19,9 @@
 //! (one count of changes per size, the last repeating; `--route`, implied by `--full`, adds a
 //! cold sync with `--vip-binding=route` per size); the last line, `RESULTS-JSON {...}`, is what
 //! `tests/bench.sh` merges into `bench/results.json`; the child mode is
-//! `scale agent N CHANGES`; `scale pure N CHANGES` runs on any host, without the lab, and
+//! `scale agent N CHANGES [--no-estimation]` (`--no-estimation`, also a flag of the main mode:
+//! the children stop the kernel's rate estimation in their namespace, a diagnosis of the
+//! change p99 at large N); `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,6 +78,11 @@ fn main() {
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
+        if args.get(3).map(String::as_str) == Some("--no-estimation")
+            || std::env::var_os("SCALE_NO_ESTIMATION").is_some()
+        {
+            NO_ESTIMATION.store(true, Ordering::Relaxed);
+        }
         agent_child(n, changes);
         return;
     }
@@ -93,6 +100,8 @@ fn main() {
             "--log" => enable_logs(),
             // Each size also syncs cold with the VIPs as local routes.
             "--route" => ROUTE.store(true, Ordering::Relaxed),
+            // The agent children stop the kernel's rate estimation (a diagnosis).
+            "--no-estimation" => NO_ESTIMATION.store(true, Ordering::Relaxed),
             "--full" => {
                 sizes = vec![1000, 10000, 50000];
                 ROUTE.store(true, Ordering::Relaxed);
@@ -721,6 +730,10 @@ fn enable_logs() {
 static LOG: AtomicBool = AtomicBool::new(false);
 /// Whether each size also measures the cold sync with `--vip-binding=route`.
 static ROUTE: AtomicBool = AtomicBool::new(false);
+/// Whether the agent children stop the kernel's rate estimation in their namespace
+/// (`--no-estimation`, a diagnosis of the change p99 at large N; they read
+/// `SCALE_NO_ESTIMATION`).
+static NO_ESTIMATION: AtomicBool = AtomicBool::new(false);
 
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
@@ -780,6 +793,14 @@ fn agent_child(n: usize, changes: usize) {
             config.clone(),
         )
     });
+    if NO_ESTIMATION.load(Ordering::Relaxed) {
+        // A diagnosis, not the agent's behaviour: kernel 6.1 estimates every virtual and
+        // real server's rates in one timer every 2 s, a walk of all of them with the lock
+        // that adding a real server takes; this stops it in the namespace.
+        let _ = Command::new("modprobe").arg("ip_vs").status();
+        std::fs::write("/proc/sys/net/ipv4/vs/run_estimation", "0")
+            .expect("net.ipv4.vs.run_estimation");
+    }
     let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold sync");
     let cold = t0.elapsed().as_secs_f64();
     assert!(
@@ -918,6 +939,9 @@ fn agent_run_with(n: usize, changes: usize, env: &[(&str, &str)]) -> Agent {
     cmd.envs(env.iter().copied());
     if LOG.load(Ordering::Relaxed) {
         cmd.env("SCALE_LOG", "1");
+    }
+    if NO_ESTIMATION.load(Ordering::Relaxed) {
+        cmd.env("SCALE_NO_ESTIMATION", "1");
     }
     let mut child = cmd
         .args(["agent", &n.to_string(), &changes.to_string()])
