@@ -19,9 +19,8 @@
 //! (one count of changes per size, the last repeating; `--route`, implied by `--full`, adds a
 //! cold sync with `--vip-binding=route` per size); the last line, `RESULTS-JSON {...}`, is what
 //! `tests/bench.sh` merges into `bench/results.json`; the child mode is
-//! `scale agent N CHANGES [--no-estimation]` (`--no-estimation`, also a flag of the main mode:
-//! the children stop the kernel's rate estimation in their namespace, a diagnosis of the
-//! change p99 at large N); `scale pure N CHANGES` runs on any host, without the lab, and
+//! `scale agent N CHANGES`; `scale estimation N CHANGES` asks whether the kernel's rate
+//! estimation makes the change p99 grow with N (see [`estimation`]); `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,14 +74,16 @@ fn main() {
         );
         return;
     }
+    if args.first().map(String::as_str) == Some("estimation") {
+        estimation(
+            args[1].parse().expect("N"),
+            args[2].parse().expect("CHANGES"),
+        );
+        return;
+    }
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
-        if args.get(3).map(String::as_str) == Some("--no-estimation")
-            || std::env::var_os("SCALE_NO_ESTIMATION").is_some()
-        {
-            NO_ESTIMATION.store(true, Ordering::Relaxed);
-        }
         agent_child(n, changes);
         return;
     }
@@ -100,8 +101,6 @@ fn main() {
             "--log" => enable_logs(),
             // Each size also syncs cold with the VIPs as local routes.
             "--route" => ROUTE.store(true, Ordering::Relaxed),
-            // The agent children stop the kernel's rate estimation (a diagnosis).
-            "--no-estimation" => NO_ESTIMATION.store(true, Ordering::Relaxed),
             "--full" => {
                 sizes = vec![1000, 10000, 50000];
                 ROUTE.store(true, Ordering::Relaxed);
@@ -730,10 +729,6 @@ fn enable_logs() {
 static LOG: AtomicBool = AtomicBool::new(false);
 /// Whether each size also measures the cold sync with `--vip-binding=route`.
 static ROUTE: AtomicBool = AtomicBool::new(false);
-/// Whether the agent children stop the kernel's rate estimation in their namespace
-/// (`--no-estimation`, a diagnosis of the change p99 at large N; they read
-/// `SCALE_NO_ESTIMATION`).
-static NO_ESTIMATION: AtomicBool = AtomicBool::new(false);
 
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
@@ -793,14 +788,6 @@ fn agent_child(n: usize, changes: usize) {
             config.clone(),
         )
     });
-    if NO_ESTIMATION.load(Ordering::Relaxed) {
-        // A diagnosis, not the agent's behaviour: kernel 6.1 estimates every virtual and
-        // real server's rates in one timer every 2 s, a walk of all of them with the lock
-        // that adding a real server takes; this stops it in the namespace.
-        let _ = Command::new("modprobe").arg("ip_vs").status();
-        std::fs::write("/proc/sys/net/ipv4/vs/run_estimation", "0")
-            .expect("net.ipv4.vs.run_estimation");
-    }
     let report = rt.block_on(syncer.sync(&cluster, true)).expect("cold sync");
     let cold = t0.elapsed().as_secs_f64();
     assert!(
@@ -832,6 +819,14 @@ fn agent_child(n: usize, changes: usize) {
 
     // One endpoint change at a time, with the full state programmed.
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    if std::env::var_os("SCALE_ESTIMATION_AB").is_some() {
+        estimation_phases(&rt, &mut syncer, &mut cluster, &keys, changes, &mut put);
+        drop(syncer);
+        drop(rt);
+        timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
+        println!("{out}");
+        return;
+    }
     let (mut times, mut msgs, mut pure, mut kernel) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let host = host();
@@ -924,6 +919,92 @@ impl Agent {
     }
 }
 
+/// `scale estimation N CHANGES`: whether the kernel's rate estimation is what makes the
+/// change p99 grow with N. One agent child syncs S(N, 5) cold (VIPs as routes, for speed) and
+/// makes CHANGES endpoint changes three times: with the estimation on, with it off
+/// (`net.ipv4.vs.run_estimation = 0` in its namespace) and on again. Kernel 6.1 estimates
+/// every virtual and real server's rates in one timer every 2 s, a walk of all of them in
+/// softirq holding the lock that adding a real server takes (6.2 moved it to kthreads); the
+/// agent itself never turns estimation off, since `ipvsadm --rate` reads it.
+fn estimation(n: usize, changes: usize) {
+    lab::guest::require_guest();
+    eprintln!(
+        "bench: kernel {}, N = {n}, {changes} changes per phase",
+        lab::guest::kernel_release()
+    );
+    let a = agent_run_with(
+        n,
+        changes,
+        &[("SCALE_ROUTE", "1"), ("SCALE_ESTIMATION_AB", "1")],
+    );
+    let f = |k: &str| a.f(k) * 1e3;
+    println!(
+        "N={n}: change median / p99, ms (kernel apply median / p99): estimation on {:.2} / {:.2} ({:.2} / {:.2}), off {:.2} / {:.2} ({:.2} / {:.2}), on again {:.2} / {:.2} ({:.2} / {:.2})",
+        f("on_med"),
+        f("on_p99"),
+        f("on_kernel_med"),
+        f("on_kernel_p99"),
+        f("off_med"),
+        f("off_p99"),
+        f("off_kernel_med"),
+        f("off_kernel_p99"),
+        f("again_med"),
+        f("again_p99"),
+        f("again_kernel_med"),
+        f("again_kernel_p99"),
+    );
+}
+
+/// The three phases of [`estimation`], in the agent child after its cold sync.
+fn estimation_phases(
+    rt: &tokio::runtime::Runtime,
+    syncer: &mut Syncer<Timed>,
+    cluster: &mut Cluster,
+    keys: &[(String, String)],
+    changes: usize,
+    put: &mut impl FnMut(&str, String),
+) {
+    let set = |on: bool| {
+        std::fs::write(
+            "/proc/sys/net/ipv4/vs/run_estimation",
+            if on { "1" } else { "0" },
+        )
+        .expect("net.ipv4.vs.run_estimation")
+    };
+    let mut c = 0;
+    for (phase, on) in [("on", true), ("off", false), ("again", true)] {
+        set(on);
+        let (mut times, mut kernel) = (Vec::new(), Vec::new());
+        for _ in 0..changes {
+            let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+            let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
+            slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+            let changed = BTreeSet::from([slice.service.clone()]);
+            let t = Instant::now();
+            let r = rt
+                .block_on(syncer.sync_changed(cluster, &changed))
+                .expect("change");
+            times.push(t.elapsed().as_secs_f64());
+            kernel.push(syncer.dataplane().last_apply.as_secs_f64());
+            assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
+            c += 1;
+        }
+        put(
+            &format!("{phase}_med"),
+            format!("{:.5}", median(&mut times)),
+        );
+        put(&format!("{phase}_p99"), format!("{:.5}", p99(&mut times)));
+        put(
+            &format!("{phase}_kernel_med"),
+            format!("{:.5}", median(&mut kernel)),
+        );
+        put(
+            &format!("{phase}_kernel_p99"),
+            format!("{:.5}", p99(&mut kernel)),
+        );
+    }
+}
+
 fn agent_run(n: usize, changes: usize) -> Agent {
     agent_run_with(n, changes, &[])
 }
@@ -939,9 +1020,6 @@ fn agent_run_with(n: usize, changes: usize, env: &[(&str, &str)]) -> Agent {
     cmd.envs(env.iter().copied());
     if LOG.load(Ordering::Relaxed) {
         cmd.env("SCALE_LOG", "1");
-    }
-    if NO_ESTIMATION.load(Ordering::Relaxed) {
-        cmd.env("SCALE_NO_ESTIMATION", "1");
     }
     let mut child = cmd
         .args(["agent", &n.to_string(), &changes.to_string()])
