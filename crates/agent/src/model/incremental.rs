@@ -71,6 +71,10 @@ pub struct Incremental {
     out_filters: BTreeMap<OutFilter, u32>,
     /// The objects of the last whole build, while no update has changed the state since.
     built_from: Option<Objects>,
+    /// The same, after an update: freed with this state at the next whole build, not by the
+    /// change that ends the claim (a pass over a pointer per object, 3 ms at N = 50000 on
+    /// the host, the slowest change after every whole build).
+    retired: Option<Objects>,
 }
 
 /// The Services and slices a state was built from, in the cluster's order. Held, they cost a
@@ -132,6 +136,7 @@ impl Incremental {
             shared_addresses: more(addresses),
             out_filters,
             built_from: Some(Objects::of(cluster)),
+            retired: None,
         }
     }
 
@@ -204,7 +209,9 @@ impl Incremental {
         }
 
         // From here on the state moves: it is no longer what its objects build.
-        self.built_from = None;
+        if let Some(objects) = self.built_from.take() {
+            self.retired = Some(objects);
+        }
         let mut scope = Scope::default();
         let mut rules_may_change = false;
         let olds: Vec<(&ServiceRef, Footprint)> = changed
