@@ -19,7 +19,8 @@
 //! (one count of changes per size, the last repeating; `--route`, implied by `--full`, adds a
 //! cold sync with `--vip-binding=route` per size); the last line, `RESULTS-JSON {...}`, is what
 //! `tests/bench.sh` merges into `bench/results.json`; the child mode is
-//! `scale agent N CHANGES`; `scale estimation N CHANGES` asks whether the kernel's rate
+//! `scale agent N CHANGES`; `scale snapshot N CHANGES` times a change's cluster snapshot
+//! alone (see [`snapshot`]); `scale estimation N CHANGES` asks whether the kernel's rate
 //! estimation makes the change p99 grow with N (see [`estimation`]); `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
@@ -71,6 +72,13 @@ fn main() {
         heap(
             args[1].parse().expect("N"),
             args.get(2).map(String::as_str) == Some("cold"),
+        );
+        return;
+    }
+    if args.first().map(String::as_str) == Some("snapshot") {
+        snapshot(
+            args[1].parse().expect("N"),
+            args[2].parse().expect("CHANGES"),
         );
         return;
     }
@@ -595,6 +603,33 @@ fn slowest(what: &str, n: usize, times: &[f64]) {
         .map(|&i| format!("#{i} {:.2} ms", times[i] * 1e3))
         .collect();
     eprintln!("bench: N={n}: {what}: slowest changes {}", top.join(", "));
+}
+
+/// `scale snapshot N CHANGES`, on any host: what the source and the sync loop pay per change
+/// for the cluster snapshot itself, outside the sync: the next snapshot made from the last
+/// with one slice changed, the Services that changed between them (`changed_services`), and
+/// the last snapshot dropped. Prints the median and p99 of the three together.
+fn snapshot(n: usize, changes: usize) {
+    use kube_proxy_ipvs_agent::model::cluster::changed_services;
+    let mut last = cluster(n);
+    let keys: Vec<(String, String)> = last.slices.keys().cloned().collect();
+    let mut times = Vec::new();
+    for c in 0..changes {
+        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+        let t = Instant::now();
+        let mut next = last.clone();
+        let slice = Arc::make_mut(next.slices.get_mut(k).unwrap());
+        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        let changed = changed_services(&last, &next).expect("the same Node");
+        assert_eq!(changed.len(), 1);
+        drop(std::mem::replace(&mut last, next));
+        times.push(t.elapsed().as_secs_f64());
+    }
+    println!(
+        "snapshot N={n}: one change's snapshot (copy, compare, drop): median {:.3} ms, p99 {:.3} ms",
+        median(&mut times) * 1e3,
+        p99(&mut times) * 1e3
+    );
 }
 
 /// `scale heap N [cold]`, on any host, for a heap profiler (`heaptrack scale heap 10000`):

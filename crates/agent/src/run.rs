@@ -489,11 +489,12 @@ fn spawn_change_counter(mut changes: Snapshots, health: Health, metrics: Arc<Met
 
 /// How many Services and EndpointSlices differ between two snapshots.
 fn count_changes(before: Option<&Cluster>, after: Option<&Cluster>) -> (u64, u64) {
-    fn diff<K: Ord, V: PartialEq>(
-        a: Option<&std::collections::BTreeMap<K, Arc<V>>>,
-        b: Option<&std::collections::BTreeMap<K, Arc<V>>>,
+    use crate::model::cluster::ObjectMap;
+    fn diff<K: Ord + Clone, V: PartialEq>(
+        a: Option<&ObjectMap<K, V>>,
+        b: Option<&ObjectMap<K, V>>,
     ) -> u64 {
-        let empty = std::collections::BTreeMap::new();
+        let empty = ObjectMap::new();
         let mut n = 0;
         crate::model::cluster::each_difference(a.unwrap_or(&empty), b.unwrap_or(&empty), |_, _| {
             n += 1

@@ -992,8 +992,8 @@ mod tests {
     async fn a_refused_scheduler_is_programmed_as_the_nodes_and_reported_once_per_spell() {
         let mut c = web(&["10.244.0.2"]);
         let set = |c: &mut Cluster, sched: Option<&str>| {
-            let web = c.services.values_mut().next().unwrap();
-            Arc::make_mut(web).scheduler = sched.map(Into::into);
+            let id = c.services.keys().next().unwrap().clone();
+            Arc::make_mut(c.services.get_mut(&id).unwrap()).scheduler = sched.map(Into::into);
         };
         set(&mut c, Some("lblc"));
         let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
@@ -1056,12 +1056,8 @@ mod tests {
         let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
         s.sync(&c, true).await.unwrap();
         let before = c.clone();
-        let slice = Arc::make_mut(
-            c.slices
-                .values_mut()
-                .find(|s| s.service.name == "web")
-                .unwrap(),
-        );
+        let key = slice_key_of(&c, "web");
+        let slice = Arc::make_mut(c.slices.get_mut(&key).unwrap());
         let mut endpoint = slice.endpoints[0].clone();
         endpoint.address = "10.244.0.9".parse().unwrap();
         slice.endpoints.push(endpoint);
@@ -1424,15 +1420,36 @@ mod tests {
     /// `web` with its one port on UDP 53.
     fn dns(endpoints: &[&str]) -> Cluster {
         let mut c = web(endpoints);
-        for s in c.services.values_mut() {
-            let s = Arc::make_mut(s);
-            s.ports[0].protocol = Protocol::Udp;
-            s.ports[0].port = 53;
-        }
-        for s in c.slices.values_mut() {
-            Arc::make_mut(s).ports[0].protocol = Protocol::Udp;
-        }
+        c.services = c
+            .services
+            .iter()
+            .map(|(id, s)| {
+                let mut s = (**s).clone();
+                s.ports[0].protocol = Protocol::Udp;
+                s.ports[0].port = 53;
+                (id.clone(), Arc::new(s))
+            })
+            .collect();
+        c.slices = c
+            .slices
+            .iter()
+            .map(|(key, s)| {
+                let mut s = (**s).clone();
+                s.ports[0].protocol = Protocol::Udp;
+                (key.clone(), Arc::new(s))
+            })
+            .collect();
         c
+    }
+
+    /// The key of the first slice of the Service named `name`.
+    fn slice_key_of(c: &Cluster, name: &str) -> (String, String) {
+        c.slices
+            .iter()
+            .find(|(_, s)| s.service.name == name)
+            .unwrap()
+            .0
+            .clone()
     }
 
     #[tokio::test]
@@ -1563,12 +1580,10 @@ mod tests {
         s.sync(&c, true).await.unwrap();
         // s0 loses a busy endpoint: it drains.
         let mut fewer = c.clone();
-        let slice = fewer
-            .slices
-            .values_mut()
-            .find(|e| e.service.name == "s0")
-            .unwrap();
-        Arc::make_mut(slice).endpoints.pop();
+        let key = slice_key_of(&fewer, "s0");
+        Arc::make_mut(fewer.slices.get_mut(&key).unwrap())
+            .endpoints
+            .pop();
         let s0 = *s
             .dataplane()
             .state

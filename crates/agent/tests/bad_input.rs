@@ -93,12 +93,12 @@ fn the_corpus_as_json_lists_is_rejected_the_same_way() {
     assert!(
         loaded.cluster.services.is_empty(),
         "{:?}",
-        loaded.cluster.services.keys()
+        loaded.cluster.services.keys().collect::<Vec<_>>()
     );
     assert!(
         loaded.cluster.slices.is_empty(),
         "{:?}",
-        loaded.cluster.slices.keys()
+        loaded.cluster.slices.keys().collect::<Vec<_>>()
     );
     assert_eq!(loaded.rejected.len(), items.len(), "{:#?}", loaded.rejected);
 }

@@ -232,14 +232,20 @@ pub struct Node {
     pub labels: BTreeMap<String, String>,
 }
 
+/// An ordered map of shared objects whose copies share their structure (imbl's persistent
+/// B-tree): a snapshot of the cluster is cloned in O(1), a change copies only the path to
+/// its key, and two snapshots a change apart are compared and dropped in what changed.
+/// `std`'s map copied, walked and freed every key of the cluster on each change.
+pub type ObjectMap<K, V> = imbl::OrdMap<K, Arc<V>>;
+
 /// Everything the desired state is computed from, besides the configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cluster {
     /// Services by namespace and name. Shared: snapshots taken one after the other hold the
     /// unchanged objects once, and tell them unchanged by pointer.
-    pub services: BTreeMap<ServiceRef, Arc<Service>>,
+    pub services: ObjectMap<ServiceRef, Service>,
     /// EndpointSlices by (namespace, slice name), shared as the Services are.
-    pub slices: BTreeMap<(String, String), Arc<EndpointSlice>>,
+    pub slices: ObjectMap<(String, String), EndpointSlice>,
     /// The agent's Node, when known.
     pub node: Option<Node>,
 }
@@ -306,8 +312,7 @@ impl Cluster {
 
 /// The Services whose object or EndpointSlices differ between two snapshots (deleted and new
 /// ones included), or `None` when the Node differs: a change that reaches every Service.
-/// Costs one walk over both snapshots side by side, a key comparison per object, not a
-/// recomputation (nor a lookup per object).
+/// Costs what changed: [`each_difference`] skips what the snapshots share.
 pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<ServiceRef>> {
     if before.node != after.node {
         return None;
@@ -327,33 +332,26 @@ pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<Se
 }
 
 /// Calls `f(before, after)` for every key whose object differs between two maps of shared
-/// objects (`None` on the side that lacks the key), walking both in key order together. The
-/// same object (by pointer, as unchanged objects are shared between snapshots) or an equal
-/// one is no difference.
-pub fn each_difference<'a, K: Ord, V: PartialEq>(
-    before: &'a BTreeMap<K, Arc<V>>,
-    after: &'a BTreeMap<K, Arc<V>>,
+/// objects (`None` on the side that lacks the key), in key order. The same object (by
+/// pointer, as unchanged objects are shared between snapshots) or an equal one is no
+/// difference; the parts of the two maps they share are skipped whole, so two snapshots a
+/// change apart cost what changed.
+pub fn each_difference<'a, K: Ord + Clone, V: PartialEq>(
+    before: &'a ObjectMap<K, V>,
+    after: &'a ObjectMap<K, V>,
     mut f: impl FnMut(Option<&'a V>, Option<&'a V>),
 ) {
-    use std::cmp::Ordering;
-    let mut b = before.iter().peekable();
-    let mut a = after.iter().peekable();
-    loop {
-        let order = match (b.peek(), a.peek()) {
-            (None, None) => return,
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (Some((kb, _)), Some((ka, _))) => kb.cmp(ka),
-        };
-        match order {
-            Ordering::Less => f(b.next().map(|(_, v)| &**v), None),
-            Ordering::Greater => f(None, a.next().map(|(_, v)| &**v)),
-            Ordering::Equal => {
-                let (Some((_, vb)), Some((_, va))) = (b.next(), a.next()) else {
-                    return;
-                };
-                if !(Arc::ptr_eq(vb, va) || vb == va) {
-                    f(Some(&**vb), Some(&**va));
+    use imbl::ordmap::DiffItem;
+    for item in before.diff(after) {
+        match item {
+            DiffItem::Add(_, a) => f(None, Some(&**a)),
+            DiffItem::Remove(_, b) => f(Some(&**b), None),
+            DiffItem::Update {
+                old: (_, b),
+                new: (_, a),
+            } => {
+                if !(Arc::ptr_eq(b, a) || b == a) {
+                    f(Some(&**b), Some(&**a));
                 }
             }
         }
@@ -394,15 +392,16 @@ mod tests {
         let mut after = before.clone();
         assert_eq!(changed_services(&before, &after), Some(BTreeSet::new()));
         // a's slice changes, c goes, d comes.
-        Arc::make_mut(
-            after
-                .slices
-                .values_mut()
-                .find(|s| s.service.name == "a")
-                .unwrap(),
-        )
-        .endpoints
-        .clear();
+        let a = after
+            .slices
+            .iter()
+            .find(|(_, s)| s.service.name == "a")
+            .unwrap()
+            .0
+            .clone();
+        Arc::make_mut(after.slices.get_mut(&a).unwrap())
+            .endpoints
+            .clear();
         after.services.remove(&ServiceRef::new("default", "c"));
         let d = svc("d");
         after.services.insert(d.0.id.clone(), Arc::new(d.0));

@@ -58,7 +58,7 @@ use tracing::{debug, info, warn};
 
 use self::rate::RateLimitLayer;
 use crate::k8s::convert::{self, ConvertError};
-use crate::model::cluster::{self, Cluster, ServiceRef};
+use crate::model::cluster::{self, Cluster, ObjectMap, ServiceRef};
 
 /// The label selector of the Service watch, as kube-proxy's informer: Services of another
 /// proxy stay on the server. (kube-proxy selects Services by this label alone; the
@@ -593,8 +593,8 @@ impl<K: Watched> Store<K> {
         Entry { version, model }
     }
 
-    /// Applies one watcher event; true when the snapshot changes.
-    fn apply(&mut self, event: Event<K>) -> bool {
+    /// Applies one watcher event, and says what of the snapshot it changed.
+    fn apply(&mut self, event: Event<K>) -> Changed<K::Model> {
         match event {
             Event::Init => {
                 if self.listed {
@@ -604,13 +604,13 @@ impl<K: Watched> Store<K> {
                     );
                 }
                 self.relist = Some(BTreeMap::new());
-                false
+                Changed::Nothing
             }
             Event::InitApply(obj) => {
                 let key = Self::key(&obj);
                 let entry = self.entry(&key, &obj);
                 self.relist.get_or_insert_default().insert(key, entry);
-                false
+                Changed::Nothing
             }
             Event::InitDone => {
                 let listed = self.relist.take().unwrap_or_default();
@@ -620,22 +620,24 @@ impl<K: Watched> Store<K> {
                 if first {
                     debug!(kind = K::KIND, objects = self.live.len(), "listed");
                 }
-                first || !same_models(&old, &self.live)
+                if first || !same_models(&old, &self.live) {
+                    Changed::All
+                } else {
+                    Changed::Nothing
+                }
             }
             Event::Apply(obj) => {
                 let key = Self::key(&obj);
                 let entry = self.entry(&key, &obj);
-                let changed = match self.live.get(&key) {
-                    Some(old) => old.model != entry.model,
-                    None => entry.model.is_some(),
-                };
+                let old = self.live.get(&key).and_then(|e| e.model.clone());
+                let new = entry.model.clone();
                 self.live.insert(key, entry);
-                changed
+                Changed::one(old, new)
             }
-            Event::Delete(obj) => self
-                .live
-                .remove(&Self::key(&obj))
-                .is_some_and(|e| e.model.is_some()),
+            Event::Delete(obj) => {
+                let old = self.live.remove(&Self::key(&obj)).and_then(|e| e.model);
+                Changed::one(old, None)
+            }
         }
     }
 
@@ -651,12 +653,63 @@ fn same_models<M: PartialEq>(a: &BTreeMap<Key, Entry<M>>, b: &BTreeMap<Key, Entr
             .all(|((ka, ea), (kb, eb))| ka == kb && ea.model == eb.model)
 }
 
-/// The three stores.
+/// What one watcher event changed of the snapshot.
+#[derive(Debug)]
+enum Changed<M> {
+    Nothing,
+    /// One object's model: made (`old` none), changed, or gone (`new` none).
+    One {
+        old: Option<M>,
+        new: Option<M>,
+    },
+    /// Maybe every model of the kind (a list or relist).
+    All,
+}
+
+impl<M: PartialEq> Changed<M> {
+    fn one(old: Option<M>, new: Option<M>) -> Self {
+        if old == new {
+            Changed::Nothing
+        } else {
+            Changed::One { old, new }
+        }
+    }
+
+    fn any(&self) -> bool {
+        !matches!(self, Changed::Nothing)
+    }
+}
+
+/// Brings one of the snapshot's maps to what `changed` says, keying each model by `key`.
+fn follow<K: Ord + Clone, V>(
+    map: &mut ObjectMap<K, V>,
+    changed: &Changed<Arc<V>>,
+    key: impl Fn(&V) -> K,
+    all: impl FnOnce() -> ObjectMap<K, V>,
+) {
+    match changed {
+        Changed::Nothing => {}
+        Changed::One { old, new } => {
+            if let Some(old) = old {
+                map.remove(&key(old));
+            }
+            if let Some(new) = new {
+                map.insert(key(new), new.clone());
+            }
+        }
+        Changed::All => *map = all(),
+    }
+}
+
+/// The three stores, and the snapshot's maps kept up to date with them one object at a time
+/// (a snapshot then costs a clone of two persistent maps, not a rebuild of the cluster).
 #[derive(Default)]
 struct Stores {
     services: Store<core::Service>,
     slices: Store<discovery::EndpointSlice>,
     nodes: Store<core::Node>,
+    snapshot_services: ObjectMap<ServiceRef, cluster::Service>,
+    snapshot_slices: ObjectMap<Key, cluster::EndpointSlice>,
 }
 
 impl Stores {
@@ -664,11 +717,29 @@ impl Stores {
         self.services.listed && self.slices.listed && self.nodes.listed
     }
 
+    /// Applies one update; true when the snapshot changes.
     fn apply(&mut self, update: Update) -> bool {
         match update {
-            Update::Service(e) => apply_result(&mut self.services, *e),
-            Update::Slice(e) => apply_result(&mut self.slices, *e),
-            Update::Node(e) => apply_result(&mut self.nodes, *e),
+            Update::Service(e) => {
+                let changed = apply_result(&mut self.services, *e);
+                let store = &self.services;
+                follow(
+                    &mut self.snapshot_services,
+                    &changed,
+                    |s| s.id.clone(),
+                    || store.models().map(|s| (s.id.clone(), s.clone())).collect(),
+                );
+                changed.any()
+            }
+            Update::Slice(e) => {
+                let changed = apply_result(&mut self.slices, *e);
+                let store = &self.slices;
+                follow(&mut self.snapshot_slices, &changed, slice_key, || {
+                    store.models().map(|s| (slice_key(s), s.clone())).collect()
+                });
+                changed.any()
+            }
+            Update::Node(e) => apply_result(&mut self.nodes, *e).any(),
         }
     }
 
@@ -680,29 +751,27 @@ impl Stores {
         self.own_node().map(|n| n.lifecycle).unwrap_or_default()
     }
 
+    /// The snapshot: two persistent maps cloned, and the Node.
     fn cluster(&self) -> Cluster {
         Cluster {
-            services: self
-                .services
-                .models()
-                .map(|s| (s.id.clone(), s.clone()))
-                .collect::<BTreeMap<ServiceRef, _>>(),
-            slices: self
-                .slices
-                .models()
-                .map(|s| ((s.service.namespace.clone(), s.name.clone()), s.clone()))
-                .collect(),
+            services: self.snapshot_services.clone(),
+            slices: self.snapshot_slices.clone(),
             node: self.own_node().and_then(|n| n.node.clone()),
         }
     }
 }
 
-fn apply_result<K: Watched>(store: &mut Store<K>, event: WatchResult<K>) -> bool {
+/// A slice's key in the snapshot: its namespace and name.
+fn slice_key(s: &cluster::EndpointSlice) -> Key {
+    (s.service.namespace.clone(), s.name.clone())
+}
+
+fn apply_result<K: Watched>(store: &mut Store<K>, event: WatchResult<K>) -> Changed<K::Model> {
     match event {
         Ok(event) => store.apply(event),
         Err(e) => {
             warn!(kind = K::KIND, error = %e, "watch failed; retrying with backoff");
-            false
+            Changed::Nothing
         }
     }
 }

@@ -82,7 +82,12 @@ async fn a_change_during_the_read_of_a_periodic_pass_is_programmed_before_the_re
         1 => vec!["10.244.1.1".into()],
         _ => vec![format!("10.244.1.{i}"), format!("10.244.2.{i}")],
     });
-    after.services.retain(|id, _| id.name != "s3");
+    after.services = after
+        .services
+        .iter()
+        .filter(|(id, _)| id.name != "s3")
+        .map(|(id, s)| (id.clone(), s.clone()))
+        .collect();
     let gate = ReadGate::closed();
     let mut syncer = Syncer::new(gated(&gate), config());
     syncer.set_read_share(4);

@@ -302,9 +302,11 @@ fn a_state_is_known_built_from_the_very_objects_of_its_build_alone() {
     assert!(inc.built_from(&cl.clone(), &h));
     // Equal objects made anew are not known to be equal: they are built again.
     let mut anew = cl.clone();
-    for s in anew.slices.values_mut() {
-        *s = std::sync::Arc::new((**s).clone());
-    }
+    anew.slices = anew
+        .slices
+        .iter()
+        .map(|(k, s)| (k.clone(), std::sync::Arc::new((**s).clone())))
+        .collect();
     assert!(!inc.built_from(&anew, &h));
     let mut fewer = cl.clone();
     fewer.slices.clear();

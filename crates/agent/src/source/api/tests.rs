@@ -43,18 +43,29 @@ fn names(store: &Store<core::Service>) -> Vec<String> {
 #[test]
 fn a_relist_keeps_the_previous_objects_until_it_is_done() {
     let mut store = Store::<core::Service>::default();
-    assert!(!store.apply(Event::Init));
-    assert!(!store.apply(Event::InitApply(service("a", "1", "10.96.0.1"))));
+    assert!(!store.apply(Event::Init).any());
+    assert!(
+        !store
+            .apply(Event::InitApply(service("a", "1", "10.96.0.1")))
+            .any()
+    );
     assert!(!store.listed, "not listed before InitDone");
-    assert!(store.apply(Event::InitDone), "the first list is a change");
+    assert!(
+        store.apply(Event::InitDone).any(),
+        "the first list is a change"
+    );
     assert_eq!(names(&store), ["a"]);
 
     // A 410 restarts the list: the store still answers with the old objects meanwhile.
-    assert!(!store.apply(Event::Init));
+    assert!(!store.apply(Event::Init).any());
     assert_eq!(names(&store), ["a"]);
-    assert!(!store.apply(Event::InitApply(service("b", "5", "10.96.0.2"))));
+    assert!(
+        !store
+            .apply(Event::InitApply(service("b", "5", "10.96.0.2")))
+            .any()
+    );
     assert_eq!(names(&store), ["a"]);
-    assert!(store.apply(Event::InitDone));
+    assert!(store.apply(Event::InitDone).any());
     assert_eq!(
         names(&store),
         ["b"],
@@ -70,25 +81,39 @@ fn a_relist_with_the_same_objects_is_not_a_change() {
         Event::InitApply(service("a", "1", "10.96.0.1")),
         Event::InitDone,
     ] {
-        store.apply(e);
+        store.apply(e).any();
     }
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(service("a", "1", "10.96.0.1")));
-    assert!(!store.apply(Event::InitDone));
+    store.apply(Event::Init).any();
+    store
+        .apply(Event::InitApply(service("a", "1", "10.96.0.1")))
+        .any();
+    assert!(!store.apply(Event::InitDone).any());
     // A new version with the same meaning is not a change either.
-    assert!(!store.apply(Event::Apply(service("a", "2", "10.96.0.1"))));
-    assert!(store.apply(Event::Apply(service("a", "3", "10.96.0.9"))));
+    assert!(
+        !store
+            .apply(Event::Apply(service("a", "2", "10.96.0.1")))
+            .any()
+    );
+    assert!(
+        store
+            .apply(Event::Apply(service("a", "3", "10.96.0.9")))
+            .any()
+    );
 }
 
 #[test]
 fn a_list_interrupted_and_restarted_drops_the_partial_buffer() {
     let mut store = Store::<core::Service>::default();
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(service("a", "1", "10.96.0.1")));
+    store.apply(Event::Init).any();
+    store
+        .apply(Event::InitApply(service("a", "1", "10.96.0.1")))
+        .any();
     // The second page failed (expired continue token): the watcher starts over.
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(service("b", "2", "10.96.0.2")));
-    store.apply(Event::InitDone);
+    store.apply(Event::Init).any();
+    store
+        .apply(Event::InitApply(service("b", "2", "10.96.0.2")))
+        .any();
+    store.apply(Event::InitDone).any();
     assert_eq!(names(&store), ["b"]);
 }
 
@@ -96,47 +121,61 @@ fn a_list_interrupted_and_restarted_drops_the_partial_buffer() {
 fn a_rejected_object_is_converted_and_logged_once_per_version() {
     let mut store = Store::<core::Service>::default();
     let bad = |v: &str| service("bad", v, "not-an-ip");
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(bad("1")));
-    store.apply(Event::InitApply(service("good", "1", "10.96.0.1")));
-    assert!(store.apply(Event::InitDone));
+    store.apply(Event::Init).any();
+    store.apply(Event::InitApply(bad("1"))).any();
+    store
+        .apply(Event::InitApply(service("good", "1", "10.96.0.1")))
+        .any();
+    assert!(store.apply(Event::InitDone).any());
     assert_eq!(store.rejected, 1);
     assert_eq!(names(&store), ["good"]);
     // The same version again (a relist) is not converted again.
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(bad("1")));
-    store.apply(Event::InitApply(service("good", "1", "10.96.0.1")));
-    assert!(!store.apply(Event::InitDone));
+    store.apply(Event::Init).any();
+    store.apply(Event::InitApply(bad("1"))).any();
+    store
+        .apply(Event::InitApply(service("good", "1", "10.96.0.1")))
+        .any();
+    assert!(!store.apply(Event::InitDone).any());
     assert_eq!(store.rejected, 1);
     // A new version is, and it is still no change to the snapshot.
-    assert!(!store.apply(Event::Apply(bad("2"))));
+    assert!(!store.apply(Event::Apply(bad("2"))).any());
     assert_eq!(store.rejected, 2);
     // Fixed: it appears; deleted: it goes.
-    assert!(store.apply(Event::Apply(service("bad", "3", "10.96.0.3"))));
+    assert!(
+        store
+            .apply(Event::Apply(service("bad", "3", "10.96.0.3")))
+            .any()
+    );
     assert_eq!(names(&store), ["bad", "good"]);
-    assert!(store.apply(Event::Delete(service("bad", "4", "10.96.0.3"))));
-    assert!(!store.apply(Event::Delete(service("gone", "5", "10.96.0.5"))));
+    assert!(
+        store
+            .apply(Event::Delete(service("bad", "4", "10.96.0.3")))
+            .any()
+    );
+    assert!(
+        !store
+            .apply(Event::Delete(service("gone", "5", "10.96.0.5")))
+            .any()
+    );
 }
 
 #[test]
 fn headless_and_foreign_services_are_left_out_without_a_rejection() {
-    let mut store = Store::<core::Service>::default();
+    let mut stores = Stores::default();
     let mut foreign = service("foreign", "1", "10.96.0.1");
     foreign.metadata.labels = Some(
         [(SERVICE_PROXY_NAME_LABEL.to_owned(), "other".to_owned())]
             .into_iter()
             .collect(),
     );
-    store.apply(Event::Init);
-    store.apply(Event::InitApply(foreign.clone()));
-    store.apply(Event::InitApply(service("headless", "1", "None")));
-    store.apply(Event::InitDone);
-    assert_eq!(store.rejected, 0);
-    assert!(!store.apply(Event::Apply(foreign)));
-    let stores = Stores {
-        services: store,
-        ..Stores::default()
-    };
+    stores.apply(service_event(Event::Init));
+    stores.apply(service_event(Event::InitApply(foreign.clone())));
+    stores.apply(service_event(Event::InitApply(service(
+        "headless", "1", "None",
+    ))));
+    stores.apply(service_event(Event::InitDone));
+    assert_eq!(stores.services.rejected, 0);
+    assert!(!stores.apply(service_event(Event::Apply(foreign))));
     let c = stores.cluster();
     assert!(
         !c.services
@@ -234,4 +273,124 @@ fn after_a_410_the_relist_waits_one_first_step_and_the_backoff_goes_on() {
     assert!(backoff.next().unwrap() >= Duration::from_secs(30));
     backoff.reset();
     assert!(backoff.next().unwrap() <= Duration::from_millis(1600));
+}
+
+/// The snapshot as it was built before it was kept up to date: from every model of the
+/// stores.
+fn rebuilt(stores: &Stores) -> Cluster {
+    Cluster {
+        services: stores
+            .services
+            .models()
+            .map(|s| (s.id.clone(), s.clone()))
+            .collect(),
+        slices: stores
+            .slices
+            .models()
+            .map(|s| ((s.service.namespace.clone(), s.name.clone()), s.clone()))
+            .collect(),
+        node: stores.own_node().and_then(|n| n.node.clone()),
+    }
+}
+
+fn slice(name: &str, service: &str, version: &str, address: &str) -> discovery::EndpointSlice {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "namespace": "default", "name": name, "resourceVersion": version,
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_snapshot_kept_one_object_at_a_time_is_the_one_the_stores_build() {
+    let mut stores = Stores::default();
+    let check = |stores: &mut Stores, update: Update, changes: bool| {
+        let before = stores.cluster();
+        assert_eq!(stores.apply(update), changes);
+        let now = stores.cluster();
+        assert_eq!(now, rebuilt(stores));
+        if !changes {
+            assert_eq!(now, before);
+        }
+    };
+    check(&mut stores, service_event(Event::Init), false);
+    for (name, ip) in [("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3")] {
+        check(
+            &mut stores,
+            service_event(Event::InitApply(service(name, "1", ip))),
+            false,
+        );
+    }
+    check(&mut stores, service_event(Event::InitDone), true);
+    check(&mut stores, slice_event(Event::Init), false);
+    check(
+        &mut stores,
+        slice_event(Event::InitApply(slice("a-1", "a", "1", "10.244.0.2"))),
+        false,
+    );
+    check(&mut stores, slice_event(Event::InitDone), true);
+    assert_eq!(stores.cluster().services.len(), 3);
+    assert_eq!(stores.cluster().slices.len(), 1);
+    // A new object, a changed one, the same version again, a deletion.
+    check(
+        &mut stores,
+        slice_event(Event::Apply(slice("b-1", "b", "2", "10.244.0.3"))),
+        true,
+    );
+    check(
+        &mut stores,
+        slice_event(Event::Apply(slice("a-1", "a", "3", "10.244.0.4"))),
+        true,
+    );
+    check(
+        &mut stores,
+        slice_event(Event::Apply(slice("a-1", "a", "3", "10.244.0.4"))),
+        false,
+    );
+    check(
+        &mut stores,
+        service_event(Event::Apply(service("b", "4", "10.96.1.2"))),
+        true,
+    );
+    check(
+        &mut stores,
+        service_event(Event::Delete(service("c", "5", "10.96.0.3"))),
+        true,
+    );
+    check(
+        &mut stores,
+        service_event(Event::Delete(service("c", "5", "10.96.0.3"))),
+        false,
+    );
+    // A Service that becomes headless leaves the snapshot's cluster IPs, not the snapshot.
+    check(
+        &mut stores,
+        service_event(Event::Apply(service("a", "6", "None"))),
+        true,
+    );
+    // A relist to another set of objects replaces the kind whole.
+    check(&mut stores, slice_event(Event::Init), false);
+    check(
+        &mut stores,
+        slice_event(Event::InitApply(slice("d-1", "d", "7", "10.244.0.5"))),
+        false,
+    );
+    check(&mut stores, slice_event(Event::InitDone), true);
+    let c = stores.cluster();
+    assert_eq!(
+        c.slices.keys().cloned().collect::<Vec<_>>(),
+        [("default".to_string(), "d-1".to_string())]
+    );
+    assert_eq!(
+        c.services
+            .keys()
+            .map(|id| id.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
 }
