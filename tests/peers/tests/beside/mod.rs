@@ -444,68 +444,108 @@ struct Monitor {
 
 impl Monitor {
     /// Starts the monitor in `ns` and returns once it listens: it says nothing when it does,
-    /// so a probe rule in a table of its own is written every second until it comes out.
+    /// so a probe rule in a table of its own is written every second until it comes out. A
+    /// monitor that exits first (its cache load failing on a large table) is started again,
+    /// for five minutes, and what it said is printed.
     fn start(ns: &NodeNs) -> Option<Monitor> {
         ns.ns
             .spawn(|| {
-                use std::io::BufRead as _;
-                use std::process::Stdio;
                 let p = Instant::now();
-                let mut child = Command::new("nft")
-                    .args(["monitor", "rules"])
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .ok()?;
-                let stdout = child.stdout.take().expect("piped");
-                let (lines_tx, lines) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
-                    for line in std::io::BufReader::new(stdout).lines() {
-                        let Ok(line) = line else { break };
-                        if lines_tx.send((Instant::now(), line)).is_err() {
-                            break;
-                        }
-                    }
-                });
-                let marker = "beside-monitor-ready";
-                let ready_by = Instant::now() + Duration::from_secs(120);
-                let mut next_probe = Instant::now();
-                let listening = loop {
-                    if Instant::now() >= next_probe {
-                        let _ = Command::new("nft")
-                            .arg(format!(
-                                "add table ip beside-probe; add chain ip beside-probe c; \
-                                 add rule ip beside-probe c counter comment \"{marker}\""
-                            ))
-                            .output();
-                        next_probe = Instant::now() + Duration::from_secs(1);
-                    }
-                    match lines.recv_timeout(Duration::from_millis(200)) {
-                        Ok((_, line)) if line.contains(marker) => break true,
-                        Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-                            if Instant::now() < ready_by => {}
-                        _ => break false,
-                    }
-                };
+                let give_up = p + Duration::from_secs(300);
+                let mut monitor = None;
+                while monitor.is_none() && Instant::now() < give_up {
+                    monitor = Self::try_start(give_up);
+                }
                 let _ = Command::new("nft")
                     .args(["delete", "table", "ip", "beside-probe"])
                     .output();
-                let mut monitor = Monitor {
-                    child,
-                    lines,
-                    listen_ms: p.elapsed().as_secs_f64() * 1e3,
-                };
-                if !listening {
-                    println!("beside: nft monitor did not listen within 120 s");
-                    let _ = monitor.child.kill();
+                let Some(mut monitor) = monitor else {
+                    println!("beside: nft monitor did not listen within 300 s");
                     return None;
-                }
+                };
+                monitor.listen_ms = p.elapsed().as_secs_f64() * 1e3;
                 // What it printed before now (the probe's deletion) is not a change.
-                while monitor.lines.try_recv().is_ok() {}
+                std::thread::sleep(Duration::from_millis(500));
+                monitor.drain();
                 Some(monitor)
             })
             .join()
             .expect("the monitor's start")
+    }
+
+    /// One monitor, until it listens (`Some`), exits or `give_up` comes (`None`).
+    fn try_start(give_up: Instant) -> Option<Monitor> {
+        use std::io::{BufRead as _, Read as _};
+        use std::process::Stdio;
+        let mut child = Command::new("nft")
+            .args(["monitor", "rules"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut stderr = child.stderr.take().expect("piped");
+        let (lines_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let said = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut monitor = Monitor {
+            child,
+            lines,
+            listen_ms: 0.0,
+        };
+        // A probe is written only once the monitor has used no CPU for two seconds: each
+        // write changes the ruleset's generation, which makes a monitor still loading its
+        // cache start the load again (at N = 5000 under emulation, a probe a second kept it
+        // loading for good).
+        let marker = "beside-monitor-ready";
+        let pid = monitor.child.id();
+        let mut cpu = ticks(pid);
+        let mut still_since = Instant::now();
+        let mut probed: Option<Instant> = None;
+        loop {
+            match monitor.lines.recv_timeout(Duration::from_millis(500)) {
+                Ok((_, line)) if line.contains(marker) => return Some(monitor),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = monitor.child.wait();
+                    println!(
+                        "beside: nft monitor exited before it listened ({status:?}): {}",
+                        said.join().unwrap_or_default().trim()
+                    );
+                    return None;
+                }
+                Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if Instant::now() >= give_up {
+                return None;
+            }
+            let now = ticks(pid);
+            if now != cpu {
+                cpu = now;
+                still_since = Instant::now();
+                continue;
+            }
+            let due = probed.is_none_or(|at| at.elapsed() > Duration::from_secs(5));
+            if still_since.elapsed() >= Duration::from_secs(2) && due {
+                let _ = Command::new("nft")
+                    .arg(format!(
+                        "add table ip beside-probe; add chain ip beside-probe c; \
+                         add rule ip beside-probe c counter comment \"{marker}\""
+                    ))
+                    .output();
+                probed = Some(Instant::now());
+            }
+        }
     }
 
     /// Forgets what was printed so far, so that only rules after now are looked at.
