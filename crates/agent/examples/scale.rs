@@ -21,7 +21,9 @@
 //! `tests/bench.sh` merges into `bench/results.json`; the child mode is
 //! `scale agent N CHANGES`; `scale snapshot N CHANGES` times a change's cluster snapshot
 //! alone (see [`snapshot`]); `scale estimation N CHANGES` asks whether the kernel's rate
-//! estimation makes the change p99 grow with N (see [`estimation`]); `scale pure N CHANGES` runs on any host, without the lab, and
+//! estimation makes the change p99 grow with N (see [`estimation`]); `scale pass N PASSES`
+//! times periodic full syncs that keep the desired state against those that build it whole
+//! (see [`pass`]); `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,6 +81,13 @@ fn main() {
         snapshot(
             args[1].parse().expect("N"),
             args[2].parse().expect("CHANGES"),
+        );
+        return;
+    }
+    if args.first().map(String::as_str) == Some("pass") {
+        pass(
+            args[1].parse().expect("N"),
+            args[2].parse().expect("PASSES"),
         );
         return;
     }
@@ -589,6 +598,56 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
         p99(&mut alone) * 1e3,
         w * 1e3,
         a / w
+    );
+}
+
+/// `scale pass N PASSES`, on any host: periodic full syncs at N Services, each after one
+/// endpoint change, against an in-memory kernel. Most bring the kept desired state to the
+/// cluster by the changed Service; every eleventh builds it whole (the check of the kept
+/// state). Prints the median of each kind and their ratio: what a change that comes during a
+/// pass waits for, then and before.
+fn pass(n: usize, passes: usize) {
+    use kube_proxy_ipvs_agent::dataplane::memory::Memory;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut cluster = cluster(n);
+    let memory = Memory {
+        host: host(),
+        ..Memory::default()
+    };
+    let mut syncer = Syncer::new(memory, config());
+    rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let (mut kept, mut built) = (Vec::new(), Vec::new());
+    for c in 0..passes {
+        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
+        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        let t = Instant::now();
+        let r = rt.block_on(syncer.sync(&cluster, true)).expect("pass");
+        let took = t.elapsed().as_secs_f64();
+        assert!(r.applied.failed.is_empty() && r.warnings.is_empty());
+        // The passes after the cold sync's build: the 11th, 22nd... build whole.
+        if (c + 1) % 11 == 0 {
+            built.push(took)
+        } else {
+            kept.push(took)
+        }
+    }
+    built.push(f64::NAN);
+    let (k, b) = (
+        median(&mut kept),
+        median(&mut built[..built.len() - 1].to_vec()),
+    );
+    println!(
+        "pass N={n}: a periodic pass after one change: the state kept, median {:.2} ms ({} passes); built whole, median {:.2} ms ({} passes); ratio {:.3}",
+        k * 1e3,
+        kept.len(),
+        b * 1e3,
+        built.len() - 1,
+        k / b
     );
 }
 

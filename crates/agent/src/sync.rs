@@ -137,7 +137,13 @@ pub struct Syncer<D: Dataplane> {
     connections: BTreeMap<VsKey, u64>,
     /// The Services' own schedulers refused at the last sync.
     refused: BTreeSet<Refusal>,
+    /// Full syncs since the desired state was last built whole.
+    kept_passes: u32,
 }
+
+/// Full syncs that keep the desired state (brought up to date Service by Service) between
+/// two that build it whole: at the default 30 s period, a whole build every 5.5 minutes.
+const REBUILD_EVERY: u32 = 10;
 
 /// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
 /// differ but for a 64-bit collision (which would only count a repair as a change).
@@ -166,6 +172,7 @@ impl<D: Dataplane> Syncer<D> {
             pass: 0,
             read_share: READ_SHARE,
             connections: BTreeMap::new(),
+            kept_passes: 0,
         }
     }
 
@@ -332,28 +339,43 @@ impl<D: Dataplane> Syncer<D> {
         let only = changed
             .zip(changed_slices.as_ref())
             .filter(|_| scope.is_some());
-        // Drift needs to know whether the desired state moved since the last sync: its
-        // fingerprint is kept, not the state, which goes before the new one is built (two whole
-        // desired states at once were the peak of a full resync).
-        // Nothing changed since the state was built whole (the periodic pass of a quiet
-        // cluster): the same inputs would build the same state, so it is kept.
-        let kept = scope.is_none()
-            && self
+        // A sync of the whole state (a periodic pass, a change after a failure) brings the
+        // state it keeps to `cluster` by the Services that changed since, as a change does:
+        // building it whole took the periodic pass as long as the cold sync's computation,
+        // and every change that came meanwhile waited for it. Every REBUILD_EVERY-th full sync
+        // builds it whole all the same, the check that the kept state is what the cluster
+        // builds. Drift needs to know whether the desired state moved since the last sync.
+        let mut unchanged = false;
+        let mut diverged = false;
+        if scope.is_none() {
+            let rebuild = full && self.kept_passes >= REBUILD_EVERY;
+            let brought = self
                 .incremental
-                .as_ref()
-                .is_some_and(|inc| inc.built_from(cluster, &shadow.host));
-        let previous = if scope.is_none() && !kept {
-            let before = self
-                .incremental
-                .take()
-                .map(|inc| fingerprint(&inc.desired().state));
-            self.incremental = Some(Incremental::build(cluster, &self.config, &shadow.host));
-            before
-        } else {
-            None
-        };
+                .as_mut()
+                .and_then(|inc| inc.bring_to(cluster, &shadow.host));
+            match brought {
+                Some(moved) if !rebuild => {
+                    unchanged = moved.is_empty();
+                    self.kept_passes += u32::from(full);
+                }
+                brought => {
+                    // Its fingerprint is kept, not the state, which goes before the new one is
+                    // built (two whole desired states at once were the peak of a full resync).
+                    let before = self
+                        .incremental
+                        .take()
+                        .map(|inc| fingerprint(&inc.desired().state));
+                    let built = Incremental::build(cluster, &self.config, &shadow.host);
+                    let now = fingerprint(&built.desired().state);
+                    self.incremental = Some(built);
+                    self.kept_passes = 0;
+                    // Brought to this very cluster, the kept state had to be the one built.
+                    diverged = brought.is_some() && before != Some(now);
+                    unchanged = before == Some(now) && brought.is_none_or(|m| m.is_empty());
+                }
+            }
+        }
         let want = self.incremental.as_ref().expect("built above").desired();
-        let unchanged = kept || previous.is_some_and(|p| p == fingerprint(&want.state));
         let health_check_addresses =
             crate::model::desired::health_check_addresses(cluster, &self.config, &shadow.host);
         // Read only with the kernel (counts are cleared from the shadow after each sync); a
@@ -452,6 +474,12 @@ impl<D: Dataplane> Syncer<D> {
             })
             .collect();
         let mut warnings = want.conflicts.clone();
+        if diverged {
+            warnings.push(
+                "the desired state kept change by change differed from the one built whole from the same cluster; the whole one replaces it (a fault of the agent: please report it with this log)"
+                    .into(),
+            );
+        }
         let scheduler_refusals = self.new_refusals(cluster, only.map(|(changed, _)| changed));
         warnings.extend(
             scheduler_refusals
@@ -1206,6 +1234,49 @@ mod tests {
             "{:?}",
             r.set_sizes
         );
+    }
+
+    #[tokio::test]
+    async fn full_syncs_keep_the_state_changes_brought_and_build_it_whole_every_tenth() {
+        let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+        s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
+        // A full sync after a change brings the kept state to the cluster: the change's real
+        // server goes in, and the state is not built again.
+        let r = s
+            .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+            .await
+            .unwrap();
+        assert_eq!(r.plan.ops.len(), 1, "{:?}", r.plan.ops);
+        assert_eq!(s.kept_passes, 1);
+        // A fault that left the kept state wrong (a virtual server missing from it): the
+        // passes that keep it plan from it, until the one that builds it whole finds the
+        // fault, says so and repairs the kernel.
+        let vip: VsKey = VsKey {
+            address: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        let inc = s.incremental.as_mut().unwrap();
+        inc.desired_mut().state.services.remove(&vip);
+        let mut found = None;
+        for pass in 2..=REBUILD_EVERY + 1 {
+            let r = s
+                .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+                .await
+                .unwrap();
+            let has_vip = s.dataplane().state.services.contains_key(&vip);
+            if r.warnings
+                .iter()
+                .any(|w| w.contains("differed from the one built whole"))
+            {
+                assert!(has_vip, "the build repairs the kernel");
+                found = Some(pass);
+                break;
+            }
+            assert!(!has_vip, "pass {pass} planned from the kept state");
+        }
+        assert_eq!(found, Some(REBUILD_EVERY + 1));
+        assert_eq!(s.kept_passes, 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::cluster::{Cluster, EndpointSlice, Family, Node, Service, ServiceRef, SlicesByService};
+use super::cluster::{
+    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
+    changed_services,
+};
 use super::config::ProxyConfig;
 use super::desired::{
     Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
@@ -56,9 +59,6 @@ type EntryKey = (&'static str, Family, SetEntry);
 pub struct Incremental {
     config: ProxyConfig,
     host: Host,
-    /// The Node the state was computed for (its zone, addresses and pod CIDRs reach every
-    /// Service).
-    node: Option<Node>,
     desired: Desired,
     footprints: HashMap<ServiceRef, Footprint>,
     /// Virtual servers two Services want.
@@ -69,42 +69,10 @@ pub struct Incremental {
     shared_addresses: HashMap<IpAddr, u32>,
     /// Out filters and how many Services want each.
     out_filters: BTreeMap<OutFilter, u32>,
-    /// The objects of the last whole build, while no update has changed the state since.
-    built_from: Option<Objects>,
-    /// The same, after an update: freed with this state at the next whole build, not by the
-    /// change that ends the claim (a pass over a pointer per object, 3 ms at N = 50000 on
-    /// the host, the slowest change after every whole build).
-    retired: Option<Objects>,
-}
-
-/// The Services and slices a state was built from, in the cluster's order. Held, they cost a
-/// pointer each (the snapshots share them), and no object of theirs can be freed and another
-/// take its address: equal pointers are the same objects.
-#[derive(Debug, Clone)]
-struct Objects {
-    services: Vec<Arc<Service>>,
-    slices: Vec<Arc<EndpointSlice>>,
-}
-
-impl Objects {
-    fn of(cluster: &Cluster) -> Self {
-        Objects {
-            services: cluster.services.values().cloned().collect(),
-            slices: cluster.slices.values().cloned().collect(),
-        }
-    }
-
-    /// Whether `cluster` holds these very objects, and no others.
-    fn are_those_of(&self, cluster: &Cluster) -> bool {
-        fn same<'a, T: 'a>(
-            held: &[Arc<T>],
-            now: impl ExactSizeIterator<Item = &'a Arc<T>>,
-        ) -> bool {
-            held.len() == now.len() && held.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, b))
-        }
-        same(&self.services, cluster.services.values())
-            && same(&self.slices, cluster.slices.values())
-    }
+    /// The snapshot the state is for. The snapshots share their unchanged parts, so holding
+    /// it costs what changed since, and comparing it with a newer one finds what changed
+    /// at the cost of the change ([`changed_services`]).
+    at: Cluster,
 }
 
 impl Incremental {
@@ -128,30 +96,70 @@ impl Incremental {
         Incremental {
             config: config.clone(),
             host: host.clone(),
-            node: cluster.node.clone(),
             desired,
             footprints: prints.by_service,
             contested: prints.contested,
             shared_entries: more(entries),
             shared_addresses: more(addresses),
             out_filters,
-            built_from: Some(Objects::of(cluster)),
-            retired: None,
+            at: cluster.clone(),
         }
     }
 
-    /// Whether [`Incremental::build`] on these inputs would build this very state: it was
-    /// built whole, no update changed it since, and `cluster` and `host` are those it was
-    /// built from (the same objects, compared by pointer; the state is a function of the
-    /// Services, the slices, the Node, the host and the configuration). A full sync of an
-    /// unchanged cluster then keeps it instead of building it again.
-    pub fn built_from(&self, cluster: &Cluster, host: &Host) -> bool {
-        cluster.node == self.node
-            && *host == self.host
-            && self
-                .built_from
-                .as_ref()
-                .is_some_and(|objects| objects.are_those_of(cluster))
+    /// Whether [`Incremental::build`] on these inputs would build this very state: `cluster`
+    /// holds the objects of the snapshot the state is for (the same or equal ones), and the
+    /// Node and `host` are those it was made for (the state is a function of the Services,
+    /// the slices, the Node, the host and the configuration).
+    pub fn is_at(&self, cluster: &Cluster, host: &Host) -> bool {
+        *host == self.host && changed_services(&self.at, cluster).is_some_and(|c| c.is_empty())
+    }
+
+    /// Brings the state to `cluster` on `host` by the Services that differ from the snapshot
+    /// it is for, as [`Incremental::update`] does: what a sync over the whole state keeps
+    /// instead of building it again. `None` when it cannot (as `update`).
+    pub fn bring_to(&mut self, cluster: &Cluster, host: &Host) -> Option<Scope> {
+        let changed = changed_services(&self.at, cluster)?;
+        let scope = self.update(cluster, host, &changed)?;
+        // Every difference taken in: the snapshot itself, sharing the most with the next.
+        self.at = cluster.clone();
+        Some(scope)
+    }
+
+    /// Takes the objects of the Services `changed` from `cluster` into the snapshot the state
+    /// is for, and those alone: a Service that changed and was not named stays a
+    /// difference, which the next [`Incremental::bring_to`] finds.
+    fn absorb(&mut self, cluster: &Cluster, changed: &BTreeSet<ServiceRef>) {
+        use imbl::ordmap::DiffItem;
+        fn take<K: Ord + Clone, V: PartialEq>(
+            at: &mut ObjectMap<K, V>,
+            now: &ObjectMap<K, V>,
+            named: impl Fn(&V) -> bool,
+        ) {
+            let moved: Vec<(K, Option<Arc<V>>)> = at
+                .diff(now)
+                .filter_map(|item| match item {
+                    DiffItem::Add(k, v) => named(v).then(|| (k.clone(), Some(v.clone()))),
+                    DiffItem::Remove(k, v) => named(v).then(|| (k.clone(), None)),
+                    DiffItem::Update {
+                        old: (k, old),
+                        new: (_, new),
+                    } => (named(old) || named(new)).then(|| (k.clone(), Some(new.clone()))),
+                })
+                .collect();
+            for (k, v) in moved {
+                match v {
+                    Some(v) => at.insert(k, v),
+                    None => at.remove(&k),
+                };
+            }
+        }
+        self.at.node = cluster.node.clone();
+        take(&mut self.at.services, &cluster.services, |s| {
+            changed.contains(&s.id)
+        });
+        take(&mut self.at.slices, &cluster.slices, |s| {
+            changed.contains(&s.service)
+        });
     }
 
     /// The desired state.
@@ -159,9 +167,15 @@ impl Incremental {
         &self.desired
     }
 
+    /// The desired state, to be made wrong (tests of what finds a kept state wrong).
+    #[cfg(test)]
+    pub(crate) fn desired_mut(&mut self) -> &mut Desired {
+        &mut self.desired
+    }
+
     /// Brings the state to `cluster`, in which the Services `changed` (their object, their
     /// EndpointSlices, or both; deleted ones included) are all that changed since the last
-    /// build or update, on `host`. Returns the keys that moved, or `None` when a change
+    /// build or update (the snapshot the state is for), on `host`. Returns the keys that moved, or `None` when a change
     /// reaches beyond its Services (the Node, the host's addresses, a virtual server two
     /// Services want): then nothing was changed, and the caller builds again.
     pub fn update(
@@ -181,7 +195,8 @@ impl Incremental {
         changed: &BTreeSet<ServiceRef>,
         slices: &SlicesByService<'_>,
     ) -> Option<Scope> {
-        if cluster.node != self.node || *host != self.host {
+        // The Node's zone, addresses and pod CIDRs reach every Service.
+        if cluster.node != self.at.node || *host != self.host {
             return None;
         }
         let present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
@@ -208,10 +223,8 @@ impl Incremental {
             return None;
         }
 
-        // From here on the state moves: it is no longer what its objects build.
-        if let Some(objects) = self.built_from.take() {
-            self.retired = Some(objects);
-        }
+        // From here on the state moves: it takes the changed Services' objects of `cluster`.
+        self.absorb(cluster, changed);
         let mut scope = Scope::default();
         let mut rules_may_change = false;
         let olds: Vec<(&ServiceRef, Footprint)> = changed

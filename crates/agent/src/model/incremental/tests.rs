@@ -212,20 +212,23 @@ proptest! {
         }
         let mut inc = Incremental::build(&cl, &cfg, &h);
         prop_assert_eq!(&inc.desired().state, &desired(&cl, &cfg, &h).state);
-        prop_assert!(inc.built_from(&cl, &h));
+        prop_assert!(inc.is_at(&cl, &h));
         // The kernel as the plans leave it: a scoped plan must leave it as a full one would.
         let mut kernel = programmed(&KernelState::default(), &plan(&inc.desired().state, &KernelState::default(), &[]).ops);
-        for batch in &changes {
+        for (i, batch) in changes.iter().enumerate() {
             let before = inc.desired().state.clone();
             let changed: BTreeSet<ServiceRef> = batch.iter().map(|c| apply(&mut cl, c)).collect();
             let want = desired(&cl, &cfg, &h);
             // A state that says it is what these objects build must be (a full sync keeps it).
-            if inc.built_from(&cl, &h) {
+            if inc.is_at(&cl, &h) {
                 prop_assert_eq!(&inc.desired().state, &want.state, "kept after {:?}", batch);
             }
-            match inc.update(&cl, &h, &changed) {
+            // The changes as the loop names them, or as the state finds them itself (what a
+            // full sync does).
+            let updated = if i % 2 == 0 { inc.update(&cl, &h, &changed) } else { inc.bring_to(&cl, &h) };
+            match updated {
                 Some(scope) => {
-                    prop_assert!(!inc.built_from(&cl, &h), "updated, so no longer as built");
+                    prop_assert!(inc.is_at(&cl, &h), "updated to this cluster");
                     let got = inc.desired();
                     prop_assert_eq!(&got.state, &want.state, "after {:?}", batch);
                     prop_assert_eq!(&got.owners, &want.owners);
@@ -289,31 +292,34 @@ fn one_endpoint_change_moves_one_real_server_and_nothing_else() {
 }
 
 #[test]
-fn a_state_is_known_built_from_the_very_objects_of_its_build_alone() {
+fn a_state_knows_the_cluster_it_is_for_and_brings_itself_to_another() {
     let cfg = config();
     let h = host();
-    let cl = cluster(
+    let mut cl = cluster(
         vec![svc("a").cluster_ip("10.96.0.1").tcp(80)],
         vec![eps("a", "", Protocol::Tcp, 8080).ready("10.244.0.1", "node-b")],
     );
-    let inc = Incremental::build(&cl, &cfg, &h);
-    assert!(inc.built_from(&cl, &h));
-    // A snapshot sharing the objects is the same input.
-    assert!(inc.built_from(&cl.clone(), &h));
-    // Equal objects made anew are not known to be equal: they are built again.
+    let mut inc = Incremental::build(&cl, &cfg, &h);
+    assert!(inc.is_at(&cl, &h));
+    // A snapshot sharing the objects is the same input, and so are equal objects made anew.
+    assert!(inc.is_at(&cl.clone(), &h));
     let mut anew = cl.clone();
     anew.slices = anew
         .slices
         .iter()
         .map(|(k, s)| (k.clone(), std::sync::Arc::new((**s).clone())))
         .collect();
-    assert!(!inc.built_from(&anew, &h));
+    assert!(inc.is_at(&anew, &h));
     let mut fewer = cl.clone();
     fewer.slices.clear();
-    assert!(!inc.built_from(&fewer, &h));
+    assert!(!inc.is_at(&fewer, &h));
     let mut other_node = cl.clone();
     other_node.node = Some(crate::model::fixtures::node_in(Some("z")));
-    assert!(!inc.built_from(&other_node, &h));
+    assert!(!inc.is_at(&other_node, &h));
+    assert!(
+        inc.bring_to(&other_node, &h).is_none(),
+        "the Node reaches every Service: a build"
+    );
     let mut other_host = h.clone();
     other_host
         .addresses
@@ -321,5 +327,46 @@ fn a_state_is_known_built_from_the_very_objects_of_its_build_alone() {
             interface: "eth1".into(),
             address: "192.168.9.9".parse().unwrap(),
         });
-    assert!(!inc.built_from(&cl, &other_host));
+    assert!(!inc.is_at(&cl, &other_host));
+    assert!(inc.bring_to(&cl, &other_host).is_none());
+    // A new Service found by the state itself, against the snapshot it holds.
+    cl.services.insert(
+        ServiceRef::new("default", "b"),
+        std::sync::Arc::new(svc("b").cluster_ip("10.96.0.2").tcp(80).0),
+    );
+    let scope = inc.bring_to(&cl, &h).expect("one Service more");
+    assert_eq!(
+        scope
+            .services
+            .iter()
+            .map(|k| k.to_string())
+            .collect::<Vec<_>>(),
+        ["10.96.0.2:80/tcp"]
+    );
+    assert!(inc.is_at(&cl, &h));
+    assert_eq!(inc.desired().state, desired(&cl, &cfg, &h).state);
+    assert!(
+        inc.bring_to(&cl, &h).expect("nothing changed").is_empty(),
+        "brought to the cluster it is for, nothing moves"
+    );
+    // An update told of one Service of two that changed takes that one alone in; the other
+    // stays a difference, which the next full sync's `bring_to` finds.
+    for (name, ip) in [("a", "10.96.0.11"), ("b", "10.96.0.12")] {
+        cl.services.insert(
+            ServiceRef::new("default", name),
+            std::sync::Arc::new(svc(name).cluster_ip(ip).tcp(80).0),
+        );
+    }
+    inc.update(&cl, &h, &BTreeSet::from([ServiceRef::new("default", "a")]))
+        .expect("no conflict");
+    assert!(!inc.is_at(&cl, &h));
+    let scope = inc.bring_to(&cl, &h).expect("the other one");
+    assert!(
+        scope
+            .services
+            .iter()
+            .any(|k| k.to_string() == "10.96.0.12:80/tcp")
+    );
+    assert!(inc.is_at(&cl, &h));
+    assert_eq!(inc.desired().state, desired(&cl, &cfg, &h).state);
 }
