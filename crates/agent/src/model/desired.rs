@@ -168,8 +168,9 @@ impl Footprint {
     }
 }
 
-/// The desired state, and with `record` each Service's [`Footprint`] and the virtual servers
-/// two Services want.
+/// The desired state, and with `record` what the Services' [`Footprint`]s share (each
+/// footprint is counted, then dropped: an update recomputes the old one from the snapshot
+/// the state is for) and the virtual servers two Services want.
 pub(crate) fn build(
     cluster: &Cluster,
     config: &ProxyConfig,
@@ -187,20 +188,39 @@ pub(crate) fn build(
         out.service(cluster, slices.of(&service.id), service);
         if let Some(mut f) = out.record.take() {
             f.dedup();
-            footprints.by_service.insert(service.id.clone(), f);
+            footprints.count(&f);
         }
     }
     footprints.contested = std::mem::take(&mut out.contested);
     (out.finish(), footprints)
 }
 
-/// Every Service's [`Footprint`], and the virtual servers more than one Service wants.
+/// How many Services put in each set entry, VIP and out filter, and the virtual servers more
+/// than one Service wants.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Footprints {
-    /// Per Service.
-    pub by_service: std::collections::HashMap<super::cluster::ServiceRef, Footprint>,
+    /// Set entries, keyed by set name, family and entry.
+    pub entries: std::collections::HashMap<(&'static str, Family, SetEntry), u32>,
+    /// VIPs on `kube-ipvs0`.
+    pub addresses: std::collections::HashMap<IpAddr, u32>,
+    /// Load-balancer out filters.
+    pub out_filters: BTreeMap<OutFilter, u32>,
     /// Virtual servers wanted by two Services or more (a conflict: the first keeps it).
     pub contested: BTreeSet<VsKey>,
+}
+
+impl Footprints {
+    fn count(&mut self, f: &Footprint) {
+        for (def, family, e) in &f.entries {
+            *self.entries.entry((def.name, *family, *e)).or_default() += 1;
+        }
+        for a in &f.addresses {
+            *self.addresses.entry(*a).or_default() += 1;
+        }
+        for o in &f.out_filters {
+            *self.out_filters.entry(o.clone()).or_default() += 1;
+        }
+    }
 }
 
 /// Computes the footprints of `services` alone, against the empty state: what each would put

@@ -2,14 +2,16 @@
 //! changes rather than what the cluster holds.
 //!
 //! [`Incremental::build`] computes the whole state once, as [`super::desired::desired`] does,
-//! and remembers each Service's footprint: the keys it put in (virtual servers, set
-//! entries, VIPs, out filters). [`Incremental::update`] takes the changed Services out by their
-//! old footprints and puts them back as they are now, and returns the [`Scope`] of keys that
-//! moved, so that the plan looks at those alone. Entries and VIPs two Services share are
-//! counted, so one Service leaving does not take the other's away. What a Service cannot be
-//! moved alone for (the Node, the host's addresses, a virtual server two Services want) makes
-//! `update` decline, and the caller builds from scratch; the periodic full sync does anyway.
-//! The property test below checks that updates land on the state a build computes.
+//! and keeps the cluster snapshot it was computed for. [`Incremental::update`] takes the
+//! changed Services out by their old footprints (the keys each put in: virtual servers, set
+//! entries, VIPs, out filters), computed again from that snapshot's objects rather than
+//! kept, puts them back as they are now, and returns the [`Scope`] of keys that moved, so
+//! that the plan looks at those alone. Entries and VIPs two Services share are counted, so
+//! one Service leaving does not take the other's away. What a Service cannot be moved alone
+//! for (the Node, the host's addresses, a virtual server two Services want) makes `update`
+//! decline, and the caller builds from scratch. [`Incremental::bring_to`] finds the changed
+//! Services itself, against the snapshot: what the periodic full sync does. The property test
+//! below checks that updates land on the state a build computes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -60,7 +62,6 @@ pub struct Incremental {
     config: ProxyConfig,
     host: Host,
     desired: Desired,
-    footprints: HashMap<ServiceRef, Footprint>,
     /// Virtual servers two Services want.
     contested: BTreeSet<VsKey>,
     /// Entries more than one Service put in: how many more than one.
@@ -79,29 +80,14 @@ impl Incremental {
     /// The whole desired state of `cluster`.
     pub fn build(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Self {
         let (desired, prints) = build(cluster, config, host, true);
-        let mut entries: HashMap<EntryKey, u32> = HashMap::new();
-        let mut addresses: HashMap<IpAddr, u32> = HashMap::new();
-        let mut out_filters: BTreeMap<OutFilter, u32> = BTreeMap::new();
-        for f in prints.by_service.values() {
-            for (def, family, e) in &f.entries {
-                *entries.entry((def.name, *family, *e)).or_default() += 1;
-            }
-            for a in &f.addresses {
-                *addresses.entry(*a).or_default() += 1;
-            }
-            for o in &f.out_filters {
-                *out_filters.entry(o.clone()).or_default() += 1;
-            }
-        }
         Incremental {
             config: config.clone(),
             host: host.clone(),
             desired,
-            footprints: prints.by_service,
             contested: prints.contested,
-            shared_entries: more(entries),
-            shared_addresses: more(addresses),
-            out_filters,
+            shared_entries: more(prints.entries),
+            shared_addresses: more(prints.addresses),
+            out_filters: prints.out_filters,
             at: cluster.clone(),
         }
     }
@@ -208,11 +194,26 @@ impl Incremental {
         if !fresh.conflicts.is_empty() {
             return None;
         }
-        let old_contested = changed.iter().any(|id| {
-            self.footprints
-                .get(id)
-                .is_some_and(|f| f.vs.iter().any(|k| self.contested.contains(k)))
-        });
+        // What the changed Services put in before, computed again from the objects of the
+        // snapshot the state is for (as `cluster`, the Node and the host are those the state
+        // was made for, so this is what they put in): kept, the footprints of every Service
+        // were a fifth of the desired state's memory.
+        let at = self.at.clone();
+        let old_slices = at.slices_of_services(changed);
+        let old_present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
+            .iter()
+            .filter_map(|id| at.services.get(id))
+            .map(|svc| (&**svc, old_slices.of(&svc.id).to_vec()))
+            .collect();
+        let (_, old_prints) = footprints_of(&at, &self.config, &self.host, &old_present);
+        let olds: Vec<(&ServiceRef, Footprint)> = old_present
+            .iter()
+            .map(|(svc, _)| &svc.id)
+            .zip(old_prints)
+            .collect();
+        let old_contested = olds
+            .iter()
+            .any(|(_, f)| f.vs.iter().any(|k| self.contested.contains(k)));
         let new_conflict = prints.iter().flat_map(|f| &f.vs).any(|k| {
             self.desired
                 .owners
@@ -227,10 +228,6 @@ impl Incremental {
         self.absorb(cluster, changed);
         let mut scope = Scope::default();
         let mut rules_may_change = false;
-        let olds: Vec<(&ServiceRef, Footprint)> = changed
-            .iter()
-            .filter_map(|id| self.footprints.remove(id).map(|f| (id, f)))
-            .collect();
         // Virtual servers no changed Service wants any more go; the others are replaced
         // below. Shared keys are added before the old ones are dropped, so that a Service
         // that keeps an entry or a VIP does not take it out and put it back.
@@ -271,7 +268,6 @@ impl Incremental {
                 c.0 += i;
                 c.1 += e;
             }
-            self.footprints.insert(svc.id.clone(), f);
         }
         for (_, f) in &olds {
             for (def, family, e) in &f.entries {
