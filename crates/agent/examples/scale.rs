@@ -178,8 +178,7 @@ fn endpoint(address: IpAddr) -> Endpoint {
         terminating: false,
         node_name: Some(kube_proxy_ipvs_agent::model::cluster::intern("node-b")),
         zone: None,
-        zone_hints: vec![],
-        node_hints: vec![],
+        hints: None,
     }
 }
 

@@ -919,18 +919,23 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
                 .as_deref()
                 .filter(|z| !z.is_empty())
                 .map(crate::model::cluster::intern),
-            zone_hints: hints
-                .and_then(|h| h.for_zones.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|z| z.name.clone())
-                .collect(),
-            node_hints: hints
-                .and_then(|h| h.for_nodes.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|n| n.name.clone())
-                .collect(),
+            hints: hints
+                .map(|h| crate::model::cluster::EndpointHints {
+                    zones: h
+                        .for_zones
+                        .iter()
+                        .flatten()
+                        .map(|z| z.name.clone())
+                        .collect(),
+                    nodes: h
+                        .for_nodes
+                        .iter()
+                        .flatten()
+                        .map(|n| n.name.clone())
+                        .collect(),
+                })
+                .filter(|h| !h.zones.is_empty() || !h.nodes.is_empty())
+                .map(Box::new),
         });
     }
 

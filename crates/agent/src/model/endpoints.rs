@@ -94,12 +94,12 @@ pub fn port_endpoints(
                 serving: ep.serving,
                 terminating: ep.terminating,
                 hints: Hints {
-                    node: (!ep.node_hints.is_empty())
-                        .then(|| ep.node_hints.iter().any(|n| n == topology.node)),
-                    zone: (!ep.zone_hints.is_empty()).then(|| {
+                    node: (!ep.node_hints().is_empty())
+                        .then(|| ep.node_hints().iter().any(|n| n == topology.node)),
+                    zone: (!ep.zone_hints().is_empty()).then(|| {
                         topology
                             .zone
-                            .is_some_and(|z| ep.zone_hints.iter().any(|h| h == z))
+                            .is_some_and(|z| ep.zone_hints().iter().any(|h| h == z))
                     }),
                 },
             };

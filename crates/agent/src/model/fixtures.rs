@@ -118,8 +118,7 @@ impl Eps {
             terminating,
             node_name: Some(node.into()),
             zone: None,
-            zone_hints: vec![],
-            node_hints: vec![],
+            hints: None,
         });
         self
     }
@@ -130,8 +129,10 @@ impl Eps {
     pub fn hinted(mut self, addr: &str, node: &str, zones: &[&str], nodes: &[&str]) -> Self {
         self = self.ready(addr, node);
         let ep = self.0.endpoints.last_mut().expect("just added");
-        ep.zone_hints = zones.iter().map(|z| z.to_string()).collect();
-        ep.node_hints = nodes.iter().map(|n| n.to_string()).collect();
+        ep.hints = Some(Box::new(crate::model::cluster::EndpointHints {
+            zones: zones.iter().map(|z| z.to_string()).collect(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        }));
         self
     }
 }

@@ -562,8 +562,7 @@ fn endpoint_slice_defaults() {
                 terminating: false,
                 node_name: None,
                 zone: None,
-                zone_hints: vec![],
-                node_hints: vec![],
+                hints: None,
             }],
             trigger_time: None,
         }
@@ -662,8 +661,8 @@ endpoints:
     assert_eq!(ep.address, ip("fd00::2"));
     assert_eq!(ep.node_name.as_deref(), Some("node-a"));
     assert_eq!(ep.zone.as_deref(), Some("z1"));
-    assert_eq!(ep.zone_hints, vec![s("z1"), s("z2")]);
-    assert_eq!(ep.node_hints, vec![s("node-a")]);
+    assert_eq!(ep.zone_hints(), [s("z1"), s("z2")]);
+    assert_eq!(ep.node_hints(), [s("node-a")]);
 }
 
 #[test]
