@@ -120,8 +120,9 @@ fn is_link_local_v6(ip: &IpAddr) -> bool {
 pub struct Desired {
     /// The kernel state to reach.
     pub state: KernelState,
-    /// Virtual servers by the Service they serve (for logs and metrics).
-    pub owners: BTreeMap<VsKey, super::cluster::ServiceRef>,
+    /// Virtual servers by the Service they serve (the cluster's own object, shared: a copy
+    /// of its namespace and name per virtual server was a tenth of the state).
+    pub owners: BTreeMap<VsKey, std::sync::Arc<Service>>,
     /// Conflicts found (two Services wanting one virtual server); the first one wins.
     pub conflicts: Vec<String>,
     /// Per family, Service ports whose Local traffic policy found no endpoint on this node
@@ -229,7 +230,7 @@ pub(crate) fn footprints_of(
     cluster: &Cluster,
     config: &ProxyConfig,
     host: &Host,
-    services: &[(&Service, Vec<&EndpointSlice>)],
+    services: &[(&std::sync::Arc<Service>, Vec<&EndpointSlice>)],
 ) -> (Desired, Vec<Footprint>) {
     let config = &resolve_node_settings(cluster, config);
     let mut out = Builder::new(config, host);
@@ -391,12 +392,18 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn add_vs(&mut self, service: &Service, key: VsKey, destinations: &[SocketAddr]) {
+    fn add_vs(
+        &mut self,
+        service: &std::sync::Arc<Service>,
+        key: VsKey,
+        destinations: &[SocketAddr],
+    ) {
         if let Some(r) = &mut self.record {
             r.vs.push(key);
         }
         if let Some(owner) = self.d.owners.get(&key) {
-            if *owner != service.id {
+            if owner.id != service.id {
+                let owner = &owner.id;
                 self.d.conflicts.push(format!(
                     "{key} is wanted by {owner} and {}; {owner} keeps it",
                     service.id
@@ -422,7 +429,7 @@ impl<'a> Builder<'a> {
             destinations: destinations.iter().map(|d| (*d, 1)).collect(),
             connections: BTreeMap::new(),
         };
-        self.d.owners.insert(key, service.id.clone());
+        self.d.owners.insert(key, service.clone());
         self.d.state.services.insert(key, vs);
     }
 
@@ -436,7 +443,12 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn service(&mut self, cluster: &Cluster, slices: &[&EndpointSlice], service: &Service) {
+    fn service(
+        &mut self,
+        cluster: &Cluster,
+        slices: &[&EndpointSlice],
+        service: &std::sync::Arc<Service>,
+    ) {
         if service.kind == ServiceType::ExternalName {
             return;
         }

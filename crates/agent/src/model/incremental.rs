@@ -185,10 +185,10 @@ impl Incremental {
         if cluster.node != self.at.node || *host != self.host {
             return None;
         }
-        let present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
+        let present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
             .iter()
             .filter_map(|id| cluster.services.get(id))
-            .map(|svc| (&**svc, slices.of(&svc.id).to_vec()))
+            .map(|svc| (svc, slices.of(&svc.id).to_vec()))
             .collect();
         let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
         if !fresh.conflicts.is_empty() {
@@ -200,10 +200,10 @@ impl Incremental {
         // were a fifth of the desired state's memory.
         let at = self.at.clone();
         let old_slices = at.slices_of_services(changed);
-        let old_present: Vec<(&Service, Vec<&EndpointSlice>)> = changed
+        let old_present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
             .iter()
             .filter_map(|id| at.services.get(id))
-            .map(|svc| (&**svc, old_slices.of(&svc.id).to_vec()))
+            .map(|svc| (svc, old_slices.of(&svc.id).to_vec()))
             .collect();
         let (_, old_prints) = footprints_of(&at, &self.config, &self.host, &old_present);
         let olds: Vec<(&ServiceRef, Footprint)> = old_present
@@ -218,7 +218,7 @@ impl Incremental {
             self.desired
                 .owners
                 .get(k)
-                .is_some_and(|o| !changed.contains(o))
+                .is_some_and(|o| !changed.contains(&o.id))
         });
         if old_contested || new_conflict {
             return None;
@@ -234,7 +234,7 @@ impl Incremental {
         let wanted: BTreeSet<&VsKey> = prints.iter().flat_map(|f| &f.vs).collect();
         for (id, f) in &olds {
             for k in &f.vs {
-                if !wanted.contains(k) && self.desired.owners.get(k) == Some(*id) {
+                if !wanted.contains(k) && self.desired.owners.get(k).is_some_and(|o| o.id == **id) {
                     self.desired.owners.remove(k);
                     self.desired.state.services.remove(k);
                     rules_may_change |= self.derived(&sets::OWNED, owned(k), false, &mut scope);
@@ -249,7 +249,7 @@ impl Incremental {
                         scope.services.insert(*k);
                     }
                     self.desired.state.services.insert(*k, vs);
-                    self.desired.owners.insert(*k, svc.id.clone());
+                    self.desired.owners.insert(*k, Arc::clone(svc));
                     rules_may_change |= self.derived(&sets::OWNED, owned(k), true, &mut scope);
                 }
             }

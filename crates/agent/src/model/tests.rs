@@ -339,7 +339,10 @@ fn two_services_wanting_one_virtual_server_keep_the_first() {
     );
     let d = desired(&c, &config(), &host());
     assert_eq!(d.conflicts.len(), 1, "{:?}", d.conflicts);
-    assert_eq!(d.owners[&key("198.51.100.1", Protocol::Tcp, 80)].name, "a");
+    assert_eq!(
+        d.owners[&key("198.51.100.1", Protocol::Tcp, 80)].id.name,
+        "a"
+    );
 }
 
 // ---- plan ----
