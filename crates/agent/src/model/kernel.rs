@@ -103,6 +103,9 @@ pub struct RealServers {
 #[derive(Clone, PartialEq, Eq, Default, Hash)]
 pub struct Destinations(Vec<(SocketAddr, u32)>);
 
+/// Up to this many real servers, [`Destinations::insert`] grows the vector by one slot.
+const EXACT_UP_TO: usize = 16;
+
 impl Destinations {
     /// No real server.
     pub fn new() -> Self {
@@ -128,6 +131,11 @@ impl Destinations {
         match self.find(&address) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, weight)),
             Err(i) => {
+                // A few real servers grow one at a time (the shadow takes a cold sync's one
+                // operation per real server: doubling left 8 slots for 5); many, as usual.
+                if self.0.len() == self.0.capacity() && self.0.len() < EXACT_UP_TO {
+                    self.0.reserve_exact(1);
+                }
                 self.0.insert(i, (address, weight));
                 None
             }
@@ -318,6 +326,7 @@ mod tests {
         for p in [30, 10, 20] {
             assert_eq!(a.insert(at(p), 1), None);
         }
+        assert_eq!(a.0.capacity(), 3, "a few real servers take no spare slot");
         assert_eq!(a.insert(at(20), 0), Some(1), "a second insert replaces");
         let b: Destinations = [(at(10), 1), (at(20), 7), (at(30), 1), (at(20), 0)].into();
         assert_eq!(
