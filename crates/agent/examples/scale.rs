@@ -545,24 +545,35 @@ impl Dataplane for Timed {
     }
 }
 
+/// S(N, 5) synced cold into an in-memory kernel, with the runtime that ran the sync.
+fn in_memory(
+    n: usize,
+) -> (
+    tokio::runtime::Runtime,
+    Cluster,
+    Syncer<kube_proxy_ipvs_agent::dataplane::memory::Memory>,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = cluster(n);
+    let memory = kube_proxy_ipvs_agent::dataplane::memory::Memory {
+        host: host(),
+        ..Default::default()
+    };
+    let mut syncer = Syncer::new(memory, config());
+    rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    (rt, cluster, syncer)
+}
+
 /// `scale pure N CHANGES`, on any host: the pure stages of one endpoint change at N
 /// Services, through the sync loop's path (`Syncer::sync_changed`, only the changed Service
 /// recomputed and planned) and through a whole recomputation (`Syncer::sync`), against an
 /// in-memory kernel. Prints the medians and their ratio.
 fn pure(n: usize, changes: usize, alone_only: bool) {
-    use kube_proxy_ipvs_agent::dataplane::memory::Memory;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut cluster = cluster(n);
-    let memory = Memory {
-        host: host(),
-        ..Memory::default()
-    };
-    let mut syncer = Syncer::new(memory, config());
     let t = Instant::now();
-    rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    let (rt, mut cluster, mut syncer) = in_memory(n);
     let cold = t.elapsed().as_secs_f64();
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
     let (mut alone, mut whole) = (Vec::new(), Vec::new());
@@ -607,18 +618,7 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
 /// and every pass did before). Prints the median of each and their ratio: what a change that
 /// comes during a pass waits for.
 fn pass(n: usize, passes: usize) {
-    use kube_proxy_ipvs_agent::dataplane::memory::Memory;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut cluster = cluster(n);
-    let memory = Memory {
-        host: host(),
-        ..Memory::default()
-    };
-    let mut syncer = Syncer::new(memory, config());
-    rt.block_on(syncer.sync(&cluster, true)).expect("cold");
+    let (rt, mut cluster, mut syncer) = in_memory(n);
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
     let (mut kept, mut built) = (Vec::new(), Vec::new());
     for c in 0..passes {
