@@ -110,7 +110,7 @@ impl ReadGate {
 fn as_read(mut state: KernelState) -> KernelState {
     for vs in state.services.values_mut() {
         for d in vs.destinations.keys() {
-            vs.connections.entry(*d).or_default();
+            vs.connections.get_or_default(*d);
         }
     }
     state

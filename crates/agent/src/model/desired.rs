@@ -427,7 +427,7 @@ impl<'a> Builder<'a> {
             sched_flags,
             persistence: service.session_affinity,
             destinations: destinations.iter().map(|d| (*d, 1)).collect(),
-            connections: BTreeMap::new(),
+            connections: Default::default(),
         };
         self.d.owners.insert(key, service.clone());
         self.d.state.services.insert(key, vs);

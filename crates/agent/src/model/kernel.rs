@@ -9,6 +9,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::cluster::{Family, Protocol};
+use super::sorted_map::SortedMap;
 
 /// The dummy link that holds every VIP, named as kube-proxy names it.
 pub const LINK_NAME: &str = "kube-ipvs0";
@@ -74,7 +75,7 @@ pub struct VirtualServer {
     /// them, and only the sync that made it: the desired state leaves this empty, and the sync
     /// loop forgets the counts after using them, because they change without the agent. A real
     /// server missing here has unknown counts.
-    pub connections: BTreeMap<SocketAddr, Connections>,
+    pub connections: ConnectionCounts,
 }
 
 impl VirtualServer {
@@ -93,121 +94,14 @@ pub struct RealServers {
     /// Real servers and their weights.
     pub destinations: Destinations,
     /// Their connection counts, as just read.
-    pub connections: BTreeMap<SocketAddr, Connections>,
+    pub connections: ConnectionCounts,
 }
 
-/// The real servers of one virtual server and their weights, ordered by address: a map kept as
-/// a sorted vector, because a virtual server has a handful of real servers and the agent holds
-/// tens of thousands of virtual servers in each copy of the state (a B-tree node per virtual
-/// server cost twice the memory of the entries themselves).
-#[derive(Clone, PartialEq, Eq, Default, Hash)]
-pub struct Destinations(Vec<(SocketAddr, u32)>);
+/// The real servers of one virtual server and their weights, ordered by address.
+pub type Destinations = SortedMap<SocketAddr, u32>;
 
-/// Up to this many real servers, [`Destinations::insert`] grows the vector by one slot.
-const EXACT_UP_TO: usize = 16;
-
-impl Destinations {
-    /// No real server.
-    pub fn new() -> Self {
-        Self(Vec::new())
-    }
-
-    fn find(&self, address: &SocketAddr) -> Result<usize, usize> {
-        self.0.binary_search_by(|(a, _)| a.cmp(address))
-    }
-
-    /// The weight of `address`, if it is a real server here.
-    pub fn get(&self, address: &SocketAddr) -> Option<&u32> {
-        self.find(address).ok().map(|i| &self.0[i].1)
-    }
-
-    /// Whether `address` is a real server here.
-    pub fn contains_key(&self, address: &SocketAddr) -> bool {
-        self.find(address).is_ok()
-    }
-
-    /// Sets the weight of `address`; returns the weight it had.
-    pub fn insert(&mut self, address: SocketAddr, weight: u32) -> Option<u32> {
-        match self.find(&address) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, weight)),
-            Err(i) => {
-                // A few real servers grow one at a time (the shadow takes a cold sync's one
-                // operation per real server: doubling left 8 slots for 5); many, as usual.
-                if self.0.len() == self.0.capacity() && self.0.len() < EXACT_UP_TO {
-                    self.0.reserve_exact(1);
-                }
-                self.0.insert(i, (address, weight));
-                None
-            }
-        }
-    }
-
-    /// Removes `address`; returns its weight.
-    pub fn remove(&mut self, address: &SocketAddr) -> Option<u32> {
-        self.find(address).ok().map(|i| self.0.remove(i).1)
-    }
-
-    /// The real servers and their weights, by address.
-    pub fn iter(&self) -> impl Iterator<Item = (&SocketAddr, &u32)> {
-        self.0.iter().map(|(a, w)| (a, w))
-    }
-
-    /// The real servers' addresses, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &SocketAddr> {
-        self.0.iter().map(|(a, _)| a)
-    }
-
-    /// How many real servers there are.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Destinations {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
-    }
-}
-
-impl FromIterator<(SocketAddr, u32)> for Destinations {
-    /// As a map collects: a repeated address keeps the last weight.
-    fn from_iter<I: IntoIterator<Item = (SocketAddr, u32)>>(iter: I) -> Self {
-        let mut v: Vec<(SocketAddr, u32)> = iter.into_iter().collect();
-        // Stable, so that of equal addresses the last one is last.
-        v.sort_by_key(|a| a.0);
-        let mut out: Vec<(SocketAddr, u32)> = Vec::with_capacity(v.len());
-        for e in v {
-            match out.last_mut() {
-                Some(last) if last.0 == e.0 => *last = e,
-                _ => out.push(e),
-            }
-        }
-        Self(out)
-    }
-}
-
-impl<const N: usize> From<[(SocketAddr, u32); N]> for Destinations {
-    fn from(entries: [(SocketAddr, u32); N]) -> Self {
-        entries.into_iter().collect()
-    }
-}
-
-impl<'a> IntoIterator for &'a Destinations {
-    type Item = (&'a SocketAddr, &'a u32);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (SocketAddr, u32)>,
-        fn(&'a (SocketAddr, u32)) -> (&'a SocketAddr, &'a u32),
-    >;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(a, w)| (a, w))
-    }
-}
+/// The connection counts of one virtual server's real servers, ordered by address.
+pub type ConnectionCounts = SortedMap<SocketAddr, Connections>;
 
 /// The ipset types the agent uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -310,42 +204,4 @@ pub struct KernelState {
     pub rules: BTreeMap<Family, Rules>,
     /// Sysctls to hold.
     pub sysctls: BTreeMap<String, String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(port: u16) -> SocketAddr {
-        SocketAddr::from(([10, 244, 0, 2], port))
-    }
-
-    #[test]
-    fn destinations_behave_as_an_ordered_map_whatever_the_order_of_insertion() {
-        let mut a = Destinations::new();
-        for p in [30, 10, 20] {
-            assert_eq!(a.insert(at(p), 1), None);
-        }
-        assert_eq!(a.0.capacity(), 3, "a few real servers take no spare slot");
-        assert_eq!(a.insert(at(20), 0), Some(1), "a second insert replaces");
-        let b: Destinations = [(at(10), 1), (at(20), 7), (at(30), 1), (at(20), 0)].into();
-        assert_eq!(
-            a, b,
-            "collecting keeps the last weight of a repeated address"
-        );
-        assert_eq!(
-            a.keys().copied().collect::<Vec<_>>(),
-            [at(10), at(20), at(30)]
-        );
-        assert_eq!(a.get(&at(20)), Some(&0));
-        assert!(!a.contains_key(&at(40)));
-        assert_eq!(a.remove(&at(10)), Some(1));
-        assert_eq!(a.remove(&at(10)), None);
-        assert_eq!(
-            (&a).into_iter().map(|(d, w)| (*d, *w)).collect::<Vec<_>>(),
-            [(at(20), 0), (at(30), 1)]
-        );
-        assert_eq!(a.len(), 2);
-        assert_eq!(format!("{a:?}"), "{10.244.0.2:20: 0, 10.244.0.2:30: 1}");
-    }
 }

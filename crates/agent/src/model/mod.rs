@@ -20,6 +20,7 @@ pub mod rolling;
 pub mod scheduler;
 pub mod sets;
 pub mod shadow;
+pub mod sorted_map;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
