@@ -537,12 +537,18 @@ impl<D: Dataplane> Syncer<D> {
                 .expect("built above")
                 .desired()
                 .state;
-            match &scope {
-                Some(scope) => self
-                    .draining
-                    .track_keys(want, &shadow.state, now, &scope.services),
-                None => self.draining.track(want, &shadow.state, now),
-            }
+            // Only the virtual servers the plan changed can have started or stopped draining
+            // since the record was brought up to date above.
+            let changed: BTreeSet<VsKey> = match &scope {
+                Some(scope) => scope.services.clone(),
+                None => p
+                    .ops
+                    .iter()
+                    .filter_map(Op::virtual_server)
+                    .copied()
+                    .collect(),
+            };
+            self.draining.track_keys(want, &shadow.state, now, &changed);
         }
         let conntrack = if scope.is_some() {
             self.clean_changed_conntrack(conntrack, &mut warnings).await

@@ -176,6 +176,22 @@ impl fmt::Display for Op {
     }
 }
 
+impl Op {
+    /// The virtual server this operation makes, changes or deletes (itself or one of its real
+    /// servers), if it is an IPVS operation.
+    pub fn virtual_server(&self) -> Option<&VsKey> {
+        match self {
+            Op::AddService { key, .. }
+            | Op::UpdateService { key, .. }
+            | Op::AddDestination { key, .. }
+            | Op::UpdateDestination { key, .. }
+            | Op::DelDestination { key, .. }
+            | Op::DelService(key) => Some(key),
+            _ => None,
+        }
+    }
+}
+
 /// An ordered list of operations, and what could not be planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
