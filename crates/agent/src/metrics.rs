@@ -101,21 +101,39 @@ pub struct SyncObservation {
 impl SyncObservation {
     /// Counts `plan` and `applied` (the outcome of `plan`) by operation kind.
     pub fn from_plan(plan: &Plan, applied: &Applied, duration: Duration, at: SystemTime) -> Self {
+        Self::from_counts(
+            &crate::model::op_kind::count(&plan.ops),
+            applied.failures(plan).map(|(op, _)| op),
+            duration,
+            at,
+        )
+    }
+
+    /// A plan's operations counted by kind (`counts`, [`crate::sync::Report::op_counts`])
+    /// and those of them that `failed`.
+    pub fn from_counts<'a>(
+        counts: &BTreeMap<&'static str, u64>,
+        failed: impl Iterator<Item = &'a Op>,
+        duration: Duration,
+        at: SystemTime,
+    ) -> Self {
         let mut obs = SyncObservation {
             duration,
             at: Some(at),
+            ops: counts.clone(),
             ..Self::default()
         };
-        let failed: BTreeSet<usize> = applied.failed.iter().map(|(i, _)| *i).collect();
-        for (i, op) in plan.ops.iter().enumerate() {
+        for op in failed {
             let kind = op.kind().label();
-            if failed.contains(&i) {
-                *obs.failed.entry(kind).or_default() += 1;
-                if let Op::WriteRules { family, .. } = op {
-                    obs.restore_failed.insert(*family);
+            *obs.failed.entry(kind).or_default() += 1;
+            if let Some(n) = obs.ops.get_mut(kind) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    obs.ops.remove(kind);
                 }
-            } else {
-                *obs.ops.entry(kind).or_default() += 1;
+            }
+            if let Op::WriteRules { family, .. } = op {
+                obs.restore_failed.insert(*family);
             }
         }
         obs
@@ -263,8 +281,12 @@ impl Metrics {
     /// each EndpointSlice change it programmed and its conntrack passes. The changes pending
     /// since the previous sync are done.
     pub fn record(&self, report: &Report, now: SystemTime) {
-        let mut obs =
-            SyncObservation::from_plan(&report.plan, &report.applied, report.duration, now);
+        let mut obs = SyncObservation::from_counts(
+            &report.op_counts,
+            report.applied.failures(&report.plan).map(|(op, _)| op),
+            report.duration,
+            now,
+        );
         obs.drift_repaired = report.drift.counts.clone();
         for (family, (internal, external)) in &report.no_local_endpoints {
             self.no_local_endpoints(*family, *internal, *external);

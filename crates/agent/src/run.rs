@@ -88,6 +88,8 @@ pub async fn main(settings: Settings) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut syncer = Syncer::new(kernel, config.clone());
+    // A plan that went in whole moves into the shadow; the reports count it.
+    syncer.keep_plans(false);
     if args.once {
         return once(&mut syncer, &mut source.snapshots).await;
     }
@@ -239,7 +241,7 @@ async fn once(syncer: &mut Syncer<Kernel>, snapshots: &mut Snapshots) -> anyhow:
         warn!(op = %op, error = %e, "operation failed");
     }
     info!(
-        ops = report.plan.ops.len(),
+        ops = report.ops(),
         messages = report.applied.messages,
         failed = report.applied.failed.len(),
         took = ?report.duration,

@@ -64,8 +64,12 @@ pub struct Periods {
 pub struct Report {
     /// Whether the kernel was read first.
     pub full: bool,
-    /// The plan applied.
+    /// The plan applied: whole when it had a failure, or when the syncer keeps plans
+    /// ([`Syncer::keep_plans`]); else empty, as it moved into the shadow.
     pub plan: Plan,
+    /// The operations of the plan by kind ([`crate::model::op_kind::OpKind::label`]),
+    /// counted before it was applied, whether or not it is kept.
+    pub op_counts: BTreeMap<&'static str, u64>,
     /// What applying it did.
     pub applied: Applied,
     /// Conflicts and warnings of the desired state and the plan.
@@ -105,6 +109,13 @@ pub struct Report {
     pub scheduler_refusals: Vec<Refusal>,
 }
 
+impl Report {
+    /// How many operations the plan had.
+    pub fn ops(&self) -> u64 {
+        self.op_counts.values().sum()
+    }
+}
+
 /// Runs syncs against a dataplane.
 pub struct Syncer<D: Dataplane> {
     dataplane: D,
@@ -141,6 +152,8 @@ pub struct Syncer<D: Dataplane> {
     kept_passes: u32,
     /// Whether the next sync of the whole state builds it whole ([`Syncer::build_next`]).
     build_next: bool,
+    /// Whether reports carry the plans applied whole ([`Syncer::keep_plans`]).
+    keep_plans: bool,
 }
 
 /// Full syncs that keep the desired state (brought up to date Service by Service) between
@@ -176,7 +189,17 @@ impl<D: Dataplane> Syncer<D> {
             connections: BTreeMap::new(),
             kept_passes: 0,
             build_next: false,
+            keep_plans: true,
         }
+    }
+
+    /// Whether the reports of syncs whose plan went in whole carry that plan (the default:
+    /// tests and tools look at it), or only its counts ([`Report::op_counts`]): then the
+    /// shadow takes the plan's operations as it replays them, and a cold sync's plan is not
+    /// held beside the shadow it builds (the agent's choice). A plan with a failure is
+    /// reported whole either way.
+    pub fn keep_plans(&mut self, keep: bool) {
+        self.keep_plans = keep;
     }
 
     /// Makes the next sync that is not of some changed Services alone build the desired
@@ -273,6 +296,19 @@ impl<D: Dataplane> Syncer<D> {
     /// The shadow: what the agent believes the kernel holds (for tests).
     pub fn shadow(&self) -> Option<&Shadow> {
         self.shadow.as_ref()
+    }
+
+    /// [`Syncer::record`], the shadow taking the operations: each is freed once replayed, so
+    /// a cold sync's plan (an operation per real server) is not held beside the shadow it
+    /// builds.
+    fn record_moving(&mut self, ops: &mut Vec<Op>) {
+        if let Some(reading) = &mut self.reading {
+            reading.record(ops);
+        }
+        let ops = std::mem::take(ops);
+        if let Some(shadow) = &mut self.shadow {
+            shadow.replay_moving(ops);
+        }
     }
 
     /// Records `ops`, just applied whole, in the shadow and, while a read runs apart, in its
@@ -515,8 +551,26 @@ impl<D: Dataplane> Syncer<D> {
         } else {
             Vec::new()
         };
+        // Counted before a plan applied whole moves into the shadow.
+        let mut op_counts = crate::model::op_kind::count(&p.ops);
+        // Only the virtual servers the plan changed can have started or stopped draining
+        // since the record was brought up to date above.
+        let touched: BTreeSet<VsKey> = match &scope {
+            Some(scope) => scope.services.clone(),
+            None => p
+                .ops
+                .iter()
+                .filter_map(Op::virtual_server)
+                .copied()
+                .collect(),
+        };
+        let mut p = p;
         if applied.failed.is_empty() {
-            self.record(&p.ops);
+            if self.keep_plans {
+                self.record(&p.ops);
+            } else {
+                self.record_moving(&mut p.ops);
+            }
         } else {
             // Something failed: the kernel is not what we think; read it again next time.
             self.forget_shadow();
@@ -537,18 +591,7 @@ impl<D: Dataplane> Syncer<D> {
                 .expect("built above")
                 .desired()
                 .state;
-            // Only the virtual servers the plan changed can have started or stopped draining
-            // since the record was brought up to date above.
-            let changed: BTreeSet<VsKey> = match &scope {
-                Some(scope) => scope.services.clone(),
-                None => p
-                    .ops
-                    .iter()
-                    .filter_map(Op::virtual_server)
-                    .copied()
-                    .collect(),
-            };
-            self.draining.track_keys(want, &shadow.state, now, &changed);
+            self.draining.track_keys(want, &shadow.state, now, &touched);
         }
         let conntrack = if scope.is_some() {
             self.clean_changed_conntrack(conntrack, &mut warnings).await
@@ -557,6 +600,9 @@ impl<D: Dataplane> Syncer<D> {
         };
         let (p, applied) = match first {
             Some((first, mut first_applied)) => {
+                for (kind, n) in crate::model::op_kind::count(&first.ops) {
+                    *op_counts.entry(kind).or_default() += n;
+                }
                 // The report's plan is the two plans in turn: the second's indices move.
                 let offset = first.ops.len();
                 first_applied.merge(Applied {
@@ -567,9 +613,11 @@ impl<D: Dataplane> Syncer<D> {
                         .collect(),
                     ..applied
                 });
-                // In place: a collected copy of a cold plan doubled its peak memory.
-                let mut p = p;
-                p.ops.splice(0..0, first.ops);
+                // In place: a collected copy of a cold plan doubled its peak memory. A plan
+                // that moved into the shadow is reported by its counts alone.
+                if self.keep_plans || !first_applied.failed.is_empty() {
+                    p.ops.splice(0..0, first.ops);
+                }
                 (p, first_applied)
             }
             None => (p, applied),
@@ -582,6 +630,7 @@ impl<D: Dataplane> Syncer<D> {
         Ok(Report {
             full,
             plan: p,
+            op_counts,
             applied,
             warnings,
             duration: started.elapsed() + read_apart,
@@ -900,10 +949,10 @@ pub async fn run<D: Dataplane>(
                 for w in &report.warnings {
                     warn!("{w}");
                 }
-                if !report.plan.is_empty() {
+                if report.ops() > 0 {
                     info!(
                         full = report.full,
-                        ops = report.plan.ops.len(),
+                        ops = report.ops(),
                         failed = report.applied.failed.len(),
                         "synced"
                     );
@@ -1250,6 +1299,41 @@ mod tests {
                 .any(|(n, len)| n == "KUBE-CLUSTER-IP" && *len == 1),
             "{:?}",
             r.set_sizes
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plan_that_moves_into_the_shadow_is_reported_by_its_counts_and_a_failed_one_whole() {
+        let mut kept = Syncer::new(Memory::default(), ProxyConfig::default());
+        let mut moved = Syncer::new(Memory::default(), ProxyConfig::default());
+        moved.keep_plans(false);
+        for c in [
+            with_kubernetes(web(&["10.244.0.2"])),
+            with_kubernetes(web(&["10.244.0.2", "10.244.0.3"])),
+        ] {
+            let a = kept.sync(&c, true).await.unwrap();
+            let b = moved.sync(&c, true).await.unwrap();
+            assert!(b.plan.is_empty() && !a.plan.is_empty());
+            assert_eq!(b.op_counts, crate::model::op_kind::count(&a.plan.ops));
+            assert_eq!(b.ops(), a.plan.ops.len() as u64);
+            assert_eq!(moved.shadow(), kept.shadow());
+            assert_eq!(moved.dataplane().state, kept.dataplane().state);
+        }
+        // A failure keeps the plan whole, its failures pointing into it.
+        moved.dataplane().refuse = vec!["add 10.244.0.4:8080".into()];
+        let r = moved
+            .sync(&with_kubernetes(web(&["10.244.0.2", "10.244.0.4"])), false)
+            .await
+            .unwrap();
+        assert_eq!(r.plan.ops.len() as u64, r.ops());
+        let failed: Vec<String> = r
+            .applied
+            .failures(&r.plan)
+            .map(|(op, _)| op.to_string())
+            .collect();
+        assert_eq!(
+            failed,
+            ["add 10.244.0.4:8080 to 10.96.0.10:80/tcp weight 1"]
         );
     }
 

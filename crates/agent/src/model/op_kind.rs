@@ -188,6 +188,15 @@ impl Op {
     }
 }
 
+/// `ops` counted by kind ([`OpKind::label`]).
+pub fn count(ops: &[Op]) -> std::collections::BTreeMap<&'static str, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for op in ops {
+        *counts.entry(op.kind().label()).or_default() += 1;
+    }
+    counts
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

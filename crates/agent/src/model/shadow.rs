@@ -28,6 +28,13 @@ impl Shadow {
         }
     }
 
+    /// [`Shadow::replay`], each operation freed once replayed.
+    pub fn replay_moving(&mut self, ops: Vec<Op>) {
+        for op in ops {
+            let _ = self.state.apply(&op);
+        }
+    }
+
     /// The TCP virtual servers, among `keys` (all when `None`), that `desired` wants and
     /// whose real servers here include one `desired` does not want: a real server that is
     /// removed now or drains. Whether it may go depends on its connections, which only a
