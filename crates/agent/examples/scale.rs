@@ -578,10 +578,8 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
     let (mut alone, mut whole) = (Vec::new(), Vec::new());
     for c in 0..changes {
-        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
-        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
-        let changed = BTreeSet::from([slice.service.clone()]);
+        let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
+        let changed = BTreeSet::from([id]);
         let t = Instant::now();
         let r = if alone_only || c % 2 == 0 {
             rt.block_on(syncer.sync_changed(&cluster, &changed))
@@ -622,9 +620,7 @@ fn pass(n: usize, passes: usize) {
     let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
     let (mut kept, mut built) = (Vec::new(), Vec::new());
     for c in 0..passes {
-        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
-        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
         if c % 2 == 1 {
             syncer.build_next();
         }
@@ -641,6 +637,20 @@ fn pass(n: usize, passes: usize) {
         b * 1e3,
         k / b
     );
+}
+
+/// Change `c` of a run: one endpoint of one slice (spread over the cluster, never the API
+/// server's) moves to an address in `base`'s /16. Returns the slice's Service.
+fn change_endpoint(
+    cluster: &mut Cluster,
+    keys: &[(String, String)],
+    c: usize,
+    base: [u8; 4],
+) -> ServiceRef {
+    let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
+    let slice = Arc::make_mut(cluster.slices.get_mut(k).expect("a slice of the run"));
+    slice.endpoints[c % E] = endpoint(v4(base, c as u32));
+    slice.service.clone()
 }
 
 /// Prints the three slowest of `times` (seconds, in the order of the changes) with their
@@ -666,11 +676,9 @@ fn snapshot(n: usize, changes: usize) {
     let keys: Vec<(String, String)> = last.slices.keys().cloned().collect();
     let mut times = Vec::new();
     for c in 0..changes {
-        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
         let t = Instant::now();
         let mut next = last.clone();
-        let slice = Arc::make_mut(next.slices.get_mut(k).unwrap());
-        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
+        change_endpoint(&mut next, &keys, c, [10, 64, 0, 0]);
         let changed = changed_services(&last, &next).expect("the same Node");
         assert_eq!(changed.len(), 1);
         drop(std::mem::replace(&mut last, next));
@@ -756,10 +764,8 @@ fn heap(n: usize, cold_only: bool) {
     if !cold_only {
         let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
         for c in 0..20 {
-            let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-            let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
-            slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
-            let changed = BTreeSet::from([slice.service.clone()]);
+            let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
+            let changed = BTreeSet::from([id]);
             rt.block_on(syncer.sync_changed(&cluster, &changed))
                 .expect("change");
         }
@@ -935,10 +941,8 @@ fn agent_child(n: usize, changes: usize) {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let host = host();
     for c in 0..changes {
-        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-        let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
-        slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
-        let changed = BTreeSet::from([slice.service.clone()]);
+        let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
+        let changed = BTreeSet::from([id]);
         // As the sync loop does: the Services that changed since the last sync are known.
         let t = Instant::now();
         let r = rt
@@ -955,11 +959,9 @@ fn agent_child(n: usize, changes: usize) {
     // the two whole states each made and freed (hundreds of MiB at N = 50000) slowed the
     // change after them, which made the change p99 there.
     for c in (0..changes).step_by(10) {
-        let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
         let prev = desired(&cluster, &config, &host);
         let mut next = cluster.clone();
-        let slice = Arc::make_mut(next.slices.get_mut(k).unwrap());
-        slice.endpoints[c % E] = endpoint(v4([10, 96, 0, 0], c as u32));
+        change_endpoint(&mut next, &keys, c, [10, 96, 0, 0]);
         let t = Instant::now();
         let want = desired(&next, &config, &host);
         let _ = plan(&want.state, &prev.state, &[]);
@@ -1084,10 +1086,8 @@ fn estimation_phases(
         set(on);
         let (mut times, mut kernel) = (Vec::new(), Vec::new());
         for _ in 0..changes {
-            let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-            let slice = Arc::make_mut(cluster.slices.get_mut(k).unwrap());
-            slice.endpoints[c % E] = endpoint(v4([10, 64, 0, 0], c as u32));
-            let changed = BTreeSet::from([slice.service.clone()]);
+            let id = change_endpoint(cluster, keys, c, [10, 64, 0, 0]);
+            let changed = BTreeSet::from([id]);
             let t = Instant::now();
             let r = rt
                 .block_on(syncer.sync_changed(cluster, &changed))
