@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two libraries as products (issue 18), a step of the test command:
-#   1. each packages and passes `cargo publish --dry-run` (the package builds on its own);
+#   1. each packages and passes `cargo publish --dry-run` (the package builds on its own),
+#      and carries the repository's LICENSE (the agent's package too);
 #   2. tests/consumer, a program outside the workspace, builds against those packages as a
 #      user of the published crates would ([patch.crates-io] points at what would be uploaded);
 #   3. the public API of each is checked against the baseline below with cargo-semver-checks
@@ -24,7 +25,15 @@ version() { cargo metadata --no-deps --format-version 1 |
 for package in ipvs-netlink libipset; do
     echo "libraries: cargo publish --dry-run -p $package"
     cargo publish --dry-run --quiet -p "$package" "${dirty[@]}"
+    # The licence travels with the package (crates/X/LICENSE links to the root's): the
+    # text in the .crate that would be uploaded is the repository's LICENSE, byte for byte.
+    crate=$package-$(version "$package")
+    tar -xzOf "$target/package/$crate.crate" "$crate/LICENSE" | cmp -s - LICENSE ||
+        { echo "libraries: $crate.crate does not carry the repository's LICENSE" >&2; exit 1; }
 done
+# The agent is not published, but its package carries the licence too.
+cargo package --list --quiet -p kube-proxy-ipvs-agent "${dirty[@]}" | grep -qx LICENSE ||
+    { echo "libraries: kube-proxy-ipvs-agent's package does not list LICENSE" >&2; exit 1; }
 
 echo "libraries: tests/consumer against the packages"
 cargo fmt --manifest-path tests/consumer/Cargo.toml --check
