@@ -9,6 +9,8 @@ packages=(
     ipvsadm ipset iptables nftables conntrack iproute2 dash bash coreutils util-linux ca-certificates
     # the test control plane's certificates (lab::controlplane)
     openssl
+    # tests/deny.sh: the RustSec database is a git repository (its commit and date)
+    git
     # tests/check-deploy.sh: shellcheck of every script, ruby -c of the Vagrantfile
     shellcheck ruby
     # crates/ipset: libipset and bindgen's libclang
@@ -32,4 +34,38 @@ fi
 if ! command -v cargo-deny >/dev/null; then
     echo "setup: installing cargo-deny (cargo install --locked, a few minutes)" >&2
     cargo install --locked --quiet cargo-deny --version 0.20.2
+fi
+# The RustSec advisory database, for tests/deny.sh's advisories check: a snapshot beside the
+# repository (../shared/rustsec/advisory-db.tar.gz, a git clone; RUSTSEC_SNAPSHOT names another)
+# goes where cargo-deny 0.20 looks for the default database, unless the copy there is as new or
+# newer. "New" is the database's own last commit date (git), never a file's mtime: a copy
+# cargo-deny fetched later than the snapshot was taken stays.
+repo=$(cd "$(dirname "$0")/.." && pwd)
+snapshot=${RUSTSEC_SNAPSHOT:-$(dirname "$repo")/shared/rustsec/advisory-db.tar.gz}
+db_root="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
+# The folder name cargo-deny derives from the default database URL (deny.toml sets no db-urls).
+db="$db_root/advisory-db-3157b0e258782691"
+# The last commit's time of the database in $1, 0 when $1 is no git repository (--git-dir: never
+# a repository further up).
+commit_time() { git --git-dir="$1/.git" log -1 --format=%ct 2>/dev/null || echo 0; }
+if [ -f "$snapshot" ]; then
+    mkdir -p "$db_root"
+    unpacked=$(mktemp -d "$db_root/.snapshot.XXXXXX")
+    tar -xzf "$snapshot" -C "$unpacked"
+    new=$(commit_time "$unpacked/advisory-db")
+    old=$(commit_time "$db")
+    if [ "$new" = 0 ]; then
+        echo "setup: $snapshot holds no git repository advisory-db/; not installed" >&2
+    elif [ "$new" -gt "$old" ]; then
+        # An older or broken copy is cargo-deny's cache, replaced whole.
+        [ ! -e "$db" ] || mv "$db" "$unpacked/replaced"
+        mv "$unpacked/advisory-db" "$db"
+        echo "setup: RustSec database from $snapshot installed (its last commit" \
+            "$(git --git-dir="$db/.git" log -1 --format='%h of %cs')$([ "$old" = 0 ] || echo ", newer than the copy there"))" >&2
+    else
+        echo "setup: RustSec database: the copy in $db_root is as new as $snapshot or newer; kept" >&2
+    fi
+    rm -rf "$unpacked"
+else
+    echo "setup: no RustSec snapshot at $snapshot: tests/deny.sh needs a copy fetched before or GitHub" >&2
 fi
