@@ -79,6 +79,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "kernel hazard",
+        "Services annotated with names that are no scheduler (ftp, pe_sip)",
+    ),
+    (
+        "kernel hazard",
         "another namespace adding and deleting virtual servers during our dumps",
     ),
     (

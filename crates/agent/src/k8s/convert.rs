@@ -643,35 +643,33 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
         internal_traffic_policy,
         health_check_node_port,
         load_balancer_source_ranges,
-        scheduler: scheduler_annotation(svc)?,
+        scheduler: scheduler_annotation(svc),
     })
 }
 
-/// The Service's own scheduler, from our annotation or kube-router's: a kernel scheduler's
-/// name (its module is `ip_vs_<name>`), so at most 15 of a-z, 0-9 and `_`. Anything else is
-/// refused here, for this Service only, before it can reach a netlink message or a log line.
-fn scheduler_annotation(svc: &core::Service) -> Result<Option<String>, Reason> {
-    let annotations = svc.metadata.annotations.as_ref();
-    let Some((key, value)) = [SCHEDULER_ANNOTATION, KUBE_ROUTER_SCHEDULER_ANNOTATION]
+/// The Service's own scheduler, from our annotation or kube-router's, trimmed. Any value is
+/// carried, so that a typo or a hostile value costs its Service only its own scheduler (the
+/// model refuses a name that is no IPVS scheduler, and the Service gets the node's), never
+/// the Service itself; made printable and cut short here, since it reaches log lines and
+/// events.
+fn scheduler_annotation(svc: &core::Service) -> Option<String> {
+    let annotations = svc.metadata.annotations.as_ref()?;
+    let value = [SCHEDULER_ANNOTATION, KUBE_ROUTER_SCHEDULER_ANNOTATION]
         .into_iter()
-        .find_map(|k| annotations.and_then(|a| a.get(k)).map(|v| (k, v.trim())))
-    else {
-        return Ok(None);
-    };
-    if value.is_empty()
-        || value.len() > 15
-        || !value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err(Reason::UnknownValue {
-            field: format!("metadata.annotations[{key}]"),
-            value: value.to_string(),
-            expected: "an IPVS scheduler name such as rr, wrr, lc, sh, mh",
-        });
+        .find_map(|k| annotations.get(k))?
+        .trim();
+    let shown = printable(value);
+    if shown.chars().count() <= SCHEDULER_ANNOTATION_MAX {
+        return Some(shown.into_owned());
     }
-    Ok(Some(value.to_string()))
+    let mut short: String = shown.chars().take(SCHEDULER_ANNOTATION_MAX).collect();
+    short.push_str("...");
+    Some(short)
 }
+
+/// The most characters of a scheduler annotation kept: every IPVS scheduler's name is far
+/// shorter (the kernel allows 15).
+const SCHEDULER_ANNOTATION_MAX: usize = 32;
 
 /// `spec.clusterIPs`, falling back to `spec.clusterIP`; empty for a headless Service.
 fn cluster_ips(spec: &core::ServiceSpec) -> Result<Vec<IpAddr>, Reason> {

@@ -152,6 +152,7 @@ mod tests {
             service: ServiceRef::new("shop", "cart"),
             asked: "lblc".into(),
             instead: "rr".into(),
+            why: crate::model::scheduler::Why::LoadsUnderLock,
         };
         let e = scheduler_refused("node-a", &refusal);
         assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));

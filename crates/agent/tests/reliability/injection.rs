@@ -5,8 +5,9 @@
 //! of a twin cluster with benign strings: the `--dry-run` plan and iptables-restore input, and
 //! after a real sync `iptables-save` (both backends' full output), `ipset save`, `ipvsadm -Sn`
 //! and kube-ipvs0, byte for byte. Objects whose names are hostile are rejected (one log line
-//! each, naming them); a hostile scheduler annotation rejects its Service only; hostile port
-//! names and annotation values are carried along and change nothing.
+//! each, naming them); a hostile scheduler annotation costs its Service only its own scheduler
+//! (served with the node's, as its benign twin annotated `rr` is); hostile port names and
+//! annotation values are carried along and change nothing.
 //!
 //! Wall time in the VM: about 40 s.
 
@@ -77,8 +78,8 @@ fn slice_json(name: &str, namespace: &str, service: &str, ports: Vec<Value>) -> 
 /// The cluster: a plain Service, and a Service with one port per string (named by it) and one
 /// annotation per string; with `evil`, the strings are the hostile ones and the cluster also
 /// holds, for each string, a Service named by it, a Service in a namespace named by it and a
-/// Service whose scheduler annotation is it, with an EndpointSlice each. Returns the objects
-/// and how many the agent must reject.
+/// Service whose scheduler annotation is it (benign: `rr`, the node's), with an EndpointSlice
+/// each. Returns the objects and how many the agent must reject.
 fn cluster(evil: bool) -> (Vec<Value>, usize) {
     let strings: Vec<String> = if evil {
         hostile()
@@ -145,18 +146,26 @@ fn cluster(evil: bool) -> (Vec<Value>, usize) {
                 json!({}),
             ));
             objects.push(slice_json(&format!("ns-{i}"), s, "ns", slice_port()));
-            // With it as its scheduler.
-            let name = format!("sched-{i}");
-            objects.push(service_json(
-                &name,
-                "t",
-                &format!("10.96.3.{}", i + 1),
-                port(),
-                json!({"kube-proxy-ipvs.io/scheduler": s}),
-            ));
-            objects.push(slice_json(&format!("{name}-a"), "t", &name, slice_port()));
-            rejected += 4;
+            rejected += 3;
         }
+    }
+    // With it as its scheduler: refused, so served with the node's, as `rr` is.
+    for (i, s) in strings.iter().enumerate() {
+        let name = format!("sched-{i}");
+        let scheduler = if evil { s.as_str() } else { "rr" };
+        objects.push(service_json(
+            &name,
+            "t",
+            &format!("10.96.3.{}", i + 1),
+            vec![json!({"name": "http", "port": 80, "targetPort": 8080})],
+            json!({"kube-proxy-ipvs.io/scheduler": scheduler}),
+        ));
+        objects.push(slice_json(
+            &format!("{name}-a"),
+            "t",
+            &name,
+            vec![json!({"name": "http", "port": 8080})],
+        ));
     }
     let mut node = node_object("node-a", NODE_IP, "10.244.0.0/24");
     node["apiVersion"] = "v1".into();
@@ -329,6 +338,16 @@ fn hostile_names_ports_and_annotations_change_nothing_but_their_own_entries() {
         "log lines broken by hostile names: {api_stray:#?}"
     );
     assert_eq!(rejected, must_reject, "rejections:\n{}", text(&out.stderr));
+    let refused = text(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("is not an IPVS scheduler"))
+        .count();
+    assert_eq!(
+        refused,
+        strings.len(),
+        "scheduler refusals:\n{}",
+        text(&out.stderr)
+    );
     assert_eq!(
         api_rejected,
         must_reject,

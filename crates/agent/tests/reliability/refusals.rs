@@ -494,3 +494,88 @@ fn a_services_lblc_annotation_is_refused_unless_the_operator_allows_it() {
     row.tried("kube-proxy-ipvs.io/scheduler: lblc, ip_vs_lblc unloaded; then allowed by flag");
     row.lost("none: served with rr and the refusal logged, module left unloaded; allowed, lblc");
 }
+
+/// Services annotated `ftp` and `pe_sip`: no schedulers, but asked for them IPVS would load
+/// `ip_vs_ftp` (with `nf_nat`) and `ip_vs_pe_sip` (with `nf_conntrack_sip`) under its lock and
+/// still fail the add. The agent serves both with the node's scheduler, says why, and no such
+/// module is loaded afterwards; a third Service with a real scheduler keeps it.
+#[test]
+fn services_annotated_with_names_that_are_no_scheduler_get_the_nodes_and_load_nothing() {
+    let _modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut row = Row::new(
+        "kernel hazard",
+        "Services annotated with names that are no scheduler (ftp, pe_sip)",
+    );
+    let node = Node::new("notsched", 1);
+    let annotated = |name: &str, vip: &str, annotation: &str| {
+        service(name, vip, "", "TCP", 80, 8080, &[(0, "node-a")]).replacen(
+            &format!("metadata: {{name: {name}, namespace: t}}"),
+            &format!("metadata: {{name: {name}, namespace: t, annotations: {{{annotation}}}}}"),
+            1,
+        )
+    };
+    node.write(
+        "ftp.yaml",
+        &annotated("ftp", "10.96.0.21", "kube-proxy-ipvs.io/scheduler: ftp"),
+    );
+    node.write(
+        "sip.yaml",
+        &annotated("sip", "10.96.0.22", "kube-router.io/service.scheduler: pe_sip"),
+    );
+    node.write(
+        "hashed.yaml",
+        &annotated("hashed", "10.96.0.23", "kube-proxy-ipvs.io/scheduler: sh"),
+    );
+    let modules = ["ip_vs_ftp", "ip_vs_pe_sip"];
+    for module in modules {
+        // The test proves something only if the kernel could load the module.
+        assert!(
+            !sh(&format!(
+                "find /lib/modules/$(uname -r) -name '{module}.ko*' | head -1"
+            ))
+            .trim()
+            .is_empty(),
+            "no {module} module in the image: nothing to prove"
+        );
+        let _ = try_sh(&format!("modprobe -r {module}"));
+        assert!(
+            !Path::new(&format!("/sys/module/{module}")).exists(),
+            "{module} is in use: the test cannot unload it"
+        );
+    }
+
+    let out = node
+        .command(&["--once"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run the agent");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "agent failed: {log}");
+    let saved = sh("ipvsadm -Sn");
+    for (vip, scheduler) in [
+        ("10.96.0.21", "rr"),
+        ("10.96.0.22", "rr"),
+        ("10.96.0.23", "sh"),
+    ] {
+        assert!(
+            saved.contains(&format!("-A -t {vip}:80 -s {scheduler}")),
+            "{vip} not served with {scheduler}:\n{saved}\n{log}"
+        );
+    }
+    let refused = log
+        .lines()
+        .filter(|l| l.contains("is not an IPVS scheduler"))
+        .count();
+    assert_eq!(refused, 2, "the refusals are not logged once each:\n{log}");
+    let loaded: Vec<&str> = modules
+        .into_iter()
+        .filter(|m| Path::new(&format!("/sys/module/{m}")).exists())
+        .collect();
+    assert!(loaded.is_empty(), "loaded for a refused annotation: {loaded:?}");
+    crate::node::cleanup();
+    row.tried("kube-proxy-ipvs.io/scheduler: ftp and kube-router.io/service.scheduler: pe_sip, their modules unloaded, beside a Service annotated sh");
+    row.lost(format!(
+        "none: both served with rr, {refused} refusals logged, no module loaded; sh kept"
+    ));
+}

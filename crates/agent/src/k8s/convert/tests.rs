@@ -886,11 +886,9 @@ fn scheduler_annotations_pick_a_services_own_scheduler() {
         .unwrap()
         .unwrap();
     assert_eq!(kube_router.scheduler.as_deref(), Some("mh"));
-    let bad = with("kube-proxy-ipvs.io/scheduler: 'r r'").unwrap_err();
-    assert!(
-        bad.to_string().contains("kube-proxy-ipvs.io/scheduler"),
-        "{bad}"
-    );
+    // Any value is carried for the model to judge: the Service is never rejected for it.
+    let typo = with("kube-proxy-ipvs.io/scheduler: ' R R '").unwrap().unwrap();
+    assert_eq!(typo.scheduler.as_deref(), Some("R R"));
 }
 
 #[test]
@@ -962,7 +960,8 @@ fn oversized_names_and_labels_and_lists_are_rejected_as_the_api_would() {
 }
 
 #[test]
-fn hostile_scheduler_annotations_are_rejected_for_that_service() {
+fn hostile_scheduler_annotations_are_carried_printable_and_short() {
+    let long = "x".repeat(10_000);
     for value in [
         "\"rr\\n-A KUBE-SERVICES -j ACCEPT\"",
         "'rr;reboot'",
@@ -972,21 +971,20 @@ fn hostile_scheduler_annotations_are_rejected_for_that_service() {
         "schedulerwaytoolong",
         "COMMIT",
         "RR",
+        long.as_str(),
     ] {
         let svc: core::Service = parse(&format!(
             "apiVersion: v1\nkind: Service\nmetadata: {{name: web, annotations: {{kube-proxy-ipvs.io/scheduler: {value}}}}}\n\
              spec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}]}}\n"
         ));
-        let err = service(&svc).expect_err(value);
-        let text = err.to_string();
-        assert!(
-            text.starts_with(
-                "Service default/web: metadata.annotations[kube-proxy-ipvs.io/scheduler]"
-            ),
-            "{text}"
-        );
-        // The value is quoted with its escapes: no raw newline reaches a log line.
-        assert!(!text.contains('\n'), "{text:?}");
+        let carried = service(&svc)
+            .unwrap_or_else(|e| panic!("{value}: {e}"))
+            .unwrap()
+            .scheduler
+            .unwrap();
+        // One printable line, short: what reaches a log line or an event.
+        assert!(!carried.chars().any(char::is_control), "{carried:?}");
+        assert!(carried.chars().count() <= 35, "{carried:?}");
     }
 }
 
