@@ -703,6 +703,7 @@ fn heap(n: usize, cold_only: bool) {
             Ok(Observation {
                 state: KernelState::default(),
                 host: self.0.clone(),
+                traffic: Default::default(),
             })
         }
         async fn observe_part(

@@ -66,6 +66,11 @@ pub struct Args {
     /// allowed anyway. In the config file, `ipvs.allowedSchedulers`.
     #[arg(long)]
     pub ipvs_allowed_schedulers: Option<String>,
+    /// Export IPVS's counters per virtual server (`kube_proxy_ipvs_service_*`: connections,
+    /// packets and bytes in and out, one series per virtual server, so off by default). In
+    /// the config file, `ipvs.serviceMetrics`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ipvs_service_metrics: Option<String>,
 
     /// Which proxy mode to use; only `ipvs` is implemented.
     #[arg(long)]

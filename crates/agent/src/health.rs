@@ -814,7 +814,7 @@ mod tests {
 
     #[test]
     fn routes_count_in_metrics() {
-        let m = Metrics::new(&[Family::V4]);
+        let m = Metrics::new(&[Family::V4], false);
         let h = ProxyHealth::new(Duration::from_secs(60));
         let req = |p: &str| Request {
             method: "GET".into(),

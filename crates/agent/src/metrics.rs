@@ -1,16 +1,30 @@
 //! Prometheus metrics with kube-proxy's names, types and labels (its IPVS-mode registration),
-//! plus the agent's own, in the text exposition format, served on `metricsBindAddress`.
+//! plus the agent's own, served on `metricsBindAddress` in the Prometheus text format 0.0.4.
 //!
-//! [`Metrics`] is a recorder the sync loop ([`Metrics::record`]), the source and the health
-//! servers call; [`Metrics::render`] writes the exposition text. [`serve`] answers
-//! `/metrics`, `/healthz` (always `ok`, as the generic healthz kube-proxy mounts there) and
-//! `/proxyMode` on the shared [`crate::web`] server.
+//! Every family is a typed `prometheus-client` metric declared once in [`Metrics::new`];
+//! the library writes the exposition. [`Metrics`] is a recorder the sync loop
+//! ([`Metrics::record`]), the source and the health servers call; [`Metrics::render`] encodes
+//! it. [`serve`] answers `/metrics`, `/configz`, `/healthz` (always `ok`, as the generic
+//! healthz kube-proxy mounts there) and `/proxyMode` on the shared [`crate::web`] server.
+//!
+//! Counters are registered without their `_total`, which the encoder appends (so
+//! `kubeproxy_proxy_healthz` is exposed as `kubeproxy_proxy_healthz_total`, as kube-proxy
+//! names it); `metrics::baseline` checks the exposition against the one the hand-written
+//! renderer gave.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family as Series;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
 
 use crate::dataplane::Applied;
 use crate::model::cluster::Family;
@@ -18,7 +32,10 @@ use crate::model::plan::{Op, Plan};
 use crate::sync::Report;
 use crate::web::{self, Request, Response};
 
+#[cfg(test)]
+mod baseline;
 mod process;
+mod traffic;
 
 /// kube-proxy's `sync_proxy_rules_duration_seconds` buckets: 1 ms doubling to about 16 s.
 pub fn sync_buckets() -> Vec<f64> {
@@ -33,43 +50,6 @@ pub fn network_programming_buckets() -> Vec<f64> {
     b.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
     b.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
     b
-}
-
-/// A cumulative histogram.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Histogram {
-    bounds: Vec<f64>,
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    /// An empty histogram with these upper bounds (ascending).
-    pub fn new(bounds: Vec<f64>) -> Self {
-        Self {
-            counts: vec![0; bounds.len()],
-            bounds,
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    /// Records one value.
-    pub fn observe(&mut self, v: f64) {
-        for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
-            if v <= *bound {
-                *count += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
-    }
-
-    /// How many values were recorded.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
 }
 
 /// kube-proxy's `ip_family` label value.
@@ -145,141 +125,257 @@ impl SyncObservation {
     }
 }
 
+/// `{ip_family}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FamilyLabels {
+    ip_family: &'static str,
+}
+
+impl From<Family> for FamilyLabels {
+    fn from(f: Family) -> Self {
+        Self {
+            ip_family: family_label(f),
+        }
+    }
+}
+
+/// `{ip_family, traffic_policy}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PolicyLabels {
+    ip_family: &'static str,
+    traffic_policy: &'static str,
+}
+
+/// `{code}`: an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CodeLabels {
+    code: u16,
+}
+
+/// `{kind}`: an operation or drift kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// `{type}`: full or partial.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: &'static str,
+}
+
+/// No labels: a family of at most one series, for a gauge with no value until known.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NoLabels {}
+
+/// `{set}`: an ipset's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SetLabels {
+    set: String,
+}
+
+/// kube-proxy's `kubernetes_build_info` labels, with the agent's version and commit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    build_date: &'static str,
+    compiler: &'static str,
+    git_commit: &'static str,
+    git_version: String,
+    major: &'static str,
+    minor: &'static str,
+    platform: String,
+}
+
+/// A histogram family whose series all have the same buckets.
+type Histograms = Series<FamilyLabels, Histogram, fn() -> Histogram>;
+
+/// A gauge holding a time or another fraction.
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The typed families, each registered once.
 #[derive(Debug)]
-struct State {
-    families: Vec<Family>,
-    sync_duration: BTreeMap<Family, Histogram>,
-    network_programming: BTreeMap<Family, Histogram>,
-    last_timestamp: BTreeMap<Family, f64>,
-    last_queued_timestamp: BTreeMap<Family, f64>,
-    endpoint_changes_pending: u64,
-    endpoint_changes_total: u64,
-    service_changes_pending: u64,
-    service_changes_total: u64,
-    no_local_endpoints: BTreeMap<(&'static str, Family), u64>,
-    restore_failures: BTreeMap<Family, u64>,
-    healthz: BTreeMap<u16, u64>,
-    livez: BTreeMap<u16, u64>,
-    conntrack_duration: BTreeMap<Family, Histogram>,
-    conntrack_deleted: BTreeMap<Family, u64>,
-    operations: BTreeMap<&'static str, u64>,
-    operation_failures: BTreeMap<&'static str, u64>,
-    syncs: BTreeMap<&'static str, u64>,
-    drift_repaired: BTreeMap<&'static str, u64>,
-    draining: u64,
-    connections: Option<u64>,
-    ipset_entries: BTreeMap<String, u64>,
-    blocked: bool,
+struct Families {
+    sync_duration: Histograms,
+    network_programming: Histograms,
+    last_timestamp: Series<FamilyLabels, FloatGauge>,
+    last_queued_timestamp: Series<FamilyLabels, FloatGauge>,
+    endpoint_changes_pending: Gauge,
+    endpoint_changes: Counter,
+    service_changes_pending: Gauge,
+    service_changes: Counter,
+    no_local_endpoints: Series<PolicyLabels, Gauge>,
+    restore_failures: Series<FamilyLabels, Counter>,
+    healthz: Series<CodeLabels, Counter>,
+    livez: Series<CodeLabels, Counter>,
+    conntrack_duration: Histograms,
+    conntrack_deleted: Series<FamilyLabels, Counter>,
+    operations: Series<KindLabels, Counter>,
+    operation_failures: Series<KindLabels, Counter>,
+    syncs: Series<TypeLabels, Counter>,
+    drift_repaired: Series<KindLabels, Counter>,
+    blocked: Gauge,
+    draining: Gauge,
+    /// No series until a full sync has read the kernel: an unknown count is not 0.
+    connections: Series<NoLabels, Gauge>,
+    ipset_entries: Series<SetLabels, Gauge>,
 }
 
 /// The recorder: cheap to share (`Arc<Metrics>`), every method takes `&self`.
 #[derive(Debug)]
 pub struct Metrics {
-    state: Mutex<State>,
+    registry: Registry,
+    f: Families,
+    families: Vec<Family>,
+    /// The per-virtual-server IPVS counters, when they are exported.
+    traffic: Option<Arc<traffic::Collector>>,
+    /// Held while a series set is replaced whole, and by a scrape, so that no scrape sees
+    /// half of it.
+    replacing: Mutex<()>,
+}
+
+fn sync_histogram() -> Histogram {
+    Histogram::new(sync_buckets())
+}
+
+fn network_programming_histogram() -> Histogram {
+    Histogram::new(network_programming_buckets())
+}
+
+/// A gauge's value from a count (saturating: a count past `i64::MAX` is not a real case).
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl Metrics {
-    /// A recorder for the agent's IP families; per-family series start at zero.
-    pub fn new(families: &[Family]) -> Self {
-        let per_family = |b: fn() -> Vec<f64>| {
-            families
-                .iter()
-                .map(|f| (*f, Histogram::new(b())))
-                .collect::<BTreeMap<_, _>>()
+    /// A recorder for the agent's IP families; per-family series start at zero. With
+    /// `service_traffic`, the per-virtual-server IPVS counters (`kube_proxy_ipvs_service_*`)
+    /// are exported too ([`Metrics::service_traffic`]).
+    pub fn new(families: &[Family], service_traffic: bool) -> Self {
+        let f = Families {
+            sync_duration: Series::new_with_constructor(sync_histogram as fn() -> Histogram),
+            network_programming: Series::new_with_constructor(
+                network_programming_histogram as fn() -> Histogram,
+            ),
+            last_timestamp: Series::default(),
+            last_queued_timestamp: Series::default(),
+            endpoint_changes_pending: Gauge::default(),
+            endpoint_changes: Counter::default(),
+            service_changes_pending: Gauge::default(),
+            service_changes: Counter::default(),
+            no_local_endpoints: Series::default(),
+            restore_failures: Series::default(),
+            healthz: Series::default(),
+            livez: Series::default(),
+            conntrack_duration: Series::new_with_constructor(sync_histogram as fn() -> Histogram),
+            conntrack_deleted: Series::default(),
+            operations: Series::default(),
+            operation_failures: Series::default(),
+            syncs: Series::default(),
+            drift_repaired: Series::default(),
+            blocked: Gauge::default(),
+            draining: Gauge::default(),
+            connections: Series::default(),
+            ipset_entries: Series::default(),
         };
-        let zero = || families.iter().map(|f| (*f, 0)).collect::<BTreeMap<_, _>>();
-        let mut no_local = BTreeMap::new();
-        for f in families {
-            no_local.insert(("internal", *f), 0);
-            no_local.insert(("external", *f), 0);
+        // Per-family series exist from the start, at zero, as kube-proxy's.
+        for family in families {
+            let l = FamilyLabels::from(*family);
+            let _ = f.sync_duration.get_or_create(&l);
+            let _ = f.network_programming.get_or_create(&l);
+            let _ = f.last_timestamp.get_or_create(&l);
+            let _ = f.last_queued_timestamp.get_or_create(&l);
+            let _ = f.restore_failures.get_or_create(&l);
+            let _ = f.conntrack_duration.get_or_create(&l);
+            let _ = f.conntrack_deleted.get_or_create(&l);
+            for policy in ["internal", "external"] {
+                let _ = f.no_local_endpoints.get_or_create(&PolicyLabels {
+                    ip_family: l.ip_family,
+                    traffic_policy: policy,
+                });
+            }
+        }
+        // Every kind from the start, so that a rate over any of them is defined.
+        for kind in crate::sync::DRIFT_KINDS {
+            let _ = f.drift_repaired.get_or_create(&KindLabels { kind });
+        }
+        let mut registry = Registry::default();
+        register(&mut registry, &f);
+        registry.register_collector(Box::new(process::Collector));
+        registry.register(
+            "kubernetes_build",
+            "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, compiler and platform from which the agent was built",
+            Info::new(build_labels()),
+        );
+        let traffic = service_traffic.then(|| Arc::new(traffic::Collector::default()));
+        if let Some(t) = &traffic {
+            registry.register_collector(Box::new(t.clone()));
         }
         Self {
-            state: Mutex::new(State {
-                families: families.to_vec(),
-                sync_duration: per_family(sync_buckets),
-                network_programming: per_family(network_programming_buckets),
-                last_timestamp: families.iter().map(|f| (*f, 0.0)).collect(),
-                last_queued_timestamp: families.iter().map(|f| (*f, 0.0)).collect(),
-                endpoint_changes_pending: 0,
-                endpoint_changes_total: 0,
-                service_changes_pending: 0,
-                service_changes_total: 0,
-                no_local_endpoints: no_local,
-                restore_failures: zero(),
-                healthz: BTreeMap::new(),
-                livez: BTreeMap::new(),
-                conntrack_duration: per_family(sync_buckets),
-                conntrack_deleted: zero(),
-                operations: BTreeMap::new(),
-                operation_failures: BTreeMap::new(),
-                syncs: BTreeMap::new(),
-                // Every kind from the start, so that a rate over any of them is defined.
-                drift_repaired: crate::sync::DRIFT_KINDS.iter().map(|k| (*k, 0)).collect(),
-                draining: 0,
-                connections: None,
-                ipset_entries: BTreeMap::new(),
-                blocked: false,
-            }),
+            registry,
+            f,
+            families: families.to_vec(),
+            traffic,
+            replacing: Mutex::new(()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves plain counters behind: still good to read.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn replacing(&self) -> MutexGuard<'_, ()> {
+        // A panic while holding it leaves no state behind: still good to take.
+        self.replacing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a sync: its duration (every family: one sync programs them all), the
     /// operations by kind, failures, drift repaired; on success the last-sync timestamp
     /// (kube-proxy sets it only when the sync got through, so a stuck proxy shows).
     pub fn observe_sync(&self, obs: &SyncObservation, full: bool) {
-        let mut s = self.lock();
+        let f = &self.f;
         let secs = obs.duration.as_secs_f64();
-        for h in s.sync_duration.values_mut() {
-            h.observe(secs);
+        for family in &self.families {
+            f.sync_duration
+                .get_or_create(&FamilyLabels::from(*family))
+                .observe(secs);
         }
         // Failure counters start at 0 for what was tried, as kube-proxy's do, so a dashboard's
         // rate() has a series before the first failure.
         for (kind, n) in &obs.ops {
-            *s.operations.entry(kind).or_default() += n;
-            s.operation_failures.entry(kind).or_default();
-        }
-        let families = s.families.clone();
-        for f in families {
-            s.restore_failures.entry(f).or_default();
-        }
-        if full {
-            for kind in crate::sync::DRIFT_KINDS {
-                s.drift_repaired.entry(kind).or_default();
-            }
+            let l = KindLabels { kind };
+            f.operations.get_or_create(&l).inc_by(*n);
+            let _ = f.operation_failures.get_or_create(&l);
         }
         for (kind, n) in &obs.failed {
-            *s.operation_failures.entry(kind).or_default() += n;
+            f.operation_failures
+                .get_or_create(&KindLabels { kind })
+                .inc_by(*n);
         }
-        for f in &obs.restore_failed {
-            *s.restore_failures.entry(*f).or_default() += 1;
+        for family in &obs.restore_failed {
+            f.restore_failures
+                .get_or_create(&FamilyLabels::from(*family))
+                .inc();
         }
         for (kind, n) in &obs.drift_repaired {
-            *s.drift_repaired.entry(kind).or_default() += n;
+            f.drift_repaired
+                .get_or_create(&KindLabels { kind })
+                .inc_by(*n);
         }
-        *s.syncs
-            .entry(if full { "full" } else { "partial" })
-            .or_default() += 1;
+        let r#type = if full { "full" } else { "partial" };
+        f.syncs.get_or_create(&TypeLabels { r#type }).inc();
         if obs.succeeded()
             && let Some(at) = obs.at
         {
             let t = unix_seconds(at);
-            let families = s.families.clone();
-            for f in families {
-                s.last_timestamp.insert(f, t);
+            for family in &self.families {
+                f.last_timestamp
+                    .get_or_create(&FamilyLabels::from(*family))
+                    .set(t);
             }
         }
     }
 
     /// Records everything one sync reports, at the time it ended (`now`): its observation
     /// ([`Metrics::observe_sync`]), the Local Services without local endpoints, the sets'
-    /// sizes, draining real servers, IPVS connections, the network-programming latency of
-    /// each EndpointSlice change it programmed and its conntrack passes. The changes pending
-    /// since the previous sync are done.
+    /// sizes, draining real servers, IPVS connections and per-virtual-server counters, the
+    /// network-programming latency of each EndpointSlice change it programmed and its
+    /// conntrack passes. The changes pending since the previous sync are done.
     pub fn record(&self, report: &Report, now: SystemTime) {
         let mut obs = SyncObservation::from_counts(
             &report.op_counts,
@@ -301,6 +397,9 @@ impl Metrics {
         if let Some(n) = report.ipvs_connections {
             self.ipvs_connections(n);
         }
+        if let Some(traffic) = &report.traffic {
+            self.service_traffic(traffic.clone());
+        }
         for c in &report.conntrack {
             self.conntrack_reconciled(c.family, c.duration, c.deleted as u64);
         }
@@ -311,356 +410,270 @@ impl Metrics {
     /// The source gave a snapshot with `services` Services and `slices` EndpointSlices
     /// changed: counted in the `_total`s, and pending until the next [`Metrics::record`].
     pub fn changes_seen(&self, services: u64, slices: u64) {
-        let mut s = self.lock();
-        s.service_changes_total += services;
-        s.service_changes_pending += services;
-        s.endpoint_changes_total += slices;
-        s.endpoint_changes_pending += slices;
+        let f = &self.f;
+        f.service_changes.inc_by(services);
+        f.service_changes_pending.inc_by(gauge_value(services));
+        f.endpoint_changes.inc_by(slices);
+        f.endpoint_changes_pending.inc_by(gauge_value(slices));
     }
 
     /// Whether the agent cannot program the kernel at all (`kube_proxy_ipvs_blocked`): the
     /// public `/healthz` says only 503, the log says why, and this gauge says it is that.
     pub fn set_blocked(&self, blocked: bool) {
-        self.lock().blocked = blocked;
+        self.f.blocked.set(i64::from(blocked));
     }
 
     /// A sync was asked for at `at` (`sync_proxy_rules_last_queued_timestamp_seconds`).
     pub fn queued(&self, at: SystemTime) {
-        let mut s = self.lock();
         let t = unix_seconds(at);
-        let families = s.families.clone();
-        for f in families {
-            s.last_queued_timestamp.insert(f, t);
+        for family in &self.families {
+            self.f
+                .last_queued_timestamp
+                .get_or_create(&FamilyLabels::from(*family))
+                .set(t);
         }
     }
 
     /// Endpoint changes seen by the source (`_total`) and not yet synced (`_pending`).
     pub fn endpoint_changes(&self, new: u64, pending: u64) {
-        let mut s = self.lock();
-        s.endpoint_changes_total += new;
-        s.endpoint_changes_pending = pending;
+        self.f.endpoint_changes.inc_by(new);
+        self.f.endpoint_changes_pending.set(gauge_value(pending));
     }
 
     /// Service changes seen by the source (`_total`) and not yet synced (`_pending`).
     pub fn service_changes(&self, new: u64, pending: u64) {
-        let mut s = self.lock();
-        s.service_changes_total += new;
-        s.service_changes_pending = pending;
+        self.f.service_changes.inc_by(new);
+        self.f.service_changes_pending.set(gauge_value(pending));
     }
 
     /// The time from an EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time`
     /// to the end of the sync that programmed it.
     pub fn network_programming(&self, family: Family, latency: Duration) {
-        let mut s = self.lock();
-        s.network_programming
-            .entry(family)
-            .or_insert_with(|| Histogram::new(network_programming_buckets()))
+        self.f
+            .network_programming
+            .get_or_create(&FamilyLabels::from(family))
             .observe(latency.as_secs_f64());
     }
 
     /// Services with a Local traffic policy and no local endpoints (while other nodes have
     /// some): `internal` for internalTrafficPolicy, `external` for externalTrafficPolicy.
     pub fn no_local_endpoints(&self, family: Family, internal: u64, external: u64) {
-        let mut s = self.lock();
-        s.no_local_endpoints.insert(("internal", family), internal);
-        s.no_local_endpoints.insert(("external", family), external);
+        let ip_family = family_label(family);
+        for (traffic_policy, n) in [("internal", internal), ("external", external)] {
+            self.f
+                .no_local_endpoints
+                .get_or_create(&PolicyLabels {
+                    ip_family,
+                    traffic_policy,
+                })
+                .set(gauge_value(n));
+        }
     }
 
     /// A `/healthz` answer with `code`.
     pub fn healthz_response(&self, code: u16) {
-        *self.lock().healthz.entry(code).or_default() += 1;
+        self.f.healthz.get_or_create(&CodeLabels { code }).inc();
     }
 
     /// A `/livez` answer with `code`.
     pub fn livez_response(&self, code: u16) {
-        *self.lock().livez.entry(code).or_default() += 1;
+        self.f.livez.get_or_create(&CodeLabels { code }).inc();
     }
 
     /// A conntrack cleanup pass: its duration and the flows it deleted.
     pub fn conntrack_reconciled(&self, family: Family, duration: Duration, deleted: u64) {
-        let mut s = self.lock();
-        s.conntrack_duration
-            .entry(family)
-            .or_insert_with(|| Histogram::new(sync_buckets()))
+        let l = FamilyLabels::from(family);
+        self.f
+            .conntrack_duration
+            .get_or_create(&l)
             .observe(duration.as_secs_f64());
-        *s.conntrack_deleted.entry(family).or_default() += deleted;
+        self.f.conntrack_deleted.get_or_create(&l).inc_by(deleted);
     }
 
     /// Destinations at weight 0 waiting for their connections to end.
     pub fn destinations_draining(&self, n: u64) {
-        self.lock().draining = n;
+        self.f.draining.set(gauge_value(n));
     }
 
     /// Connections IPVS tracks to the agent's real servers (active and inactive), as the
     /// last full read of the kernel found them.
     pub fn ipvs_connections(&self, n: u64) {
-        self.lock().connections = Some(n);
+        self.f
+            .connections
+            .get_or_create(&NoLabels {})
+            .set(gauge_value(n));
     }
 
     /// The entries of every agent-owned ipset (sets not named are dropped from the output).
     pub fn ipset_entries(&self, sets: impl IntoIterator<Item = (String, u64)>) {
-        self.lock().ipset_entries = sets.into_iter().collect();
+        let _whole = self.replacing();
+        self.f.ipset_entries.clear();
+        for (set, n) in sets {
+            self.f
+                .ipset_entries
+                .get_or_create(&SetLabels { set })
+                .set(gauge_value(n));
+        }
     }
 
-    /// The exposition text (`text/plain; version=0.0.4`).
+    /// The IPVS counters of the agent's virtual servers as the last full sync read them
+    /// (their Services' series only; a virtual server gone is dropped). Ignored unless the
+    /// recorder exports them ([`Metrics::new`]'s `service_traffic`).
+    pub fn service_traffic(&self, servers: Vec<crate::sync::ServiceTraffic>) {
+        if let Some(t) = &self.traffic {
+            t.replace(servers);
+        }
+    }
+
+    /// The exposition text (the Prometheus text format 0.0.4, [`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        let s = self.lock();
+        let _whole = self.replacing();
         let mut out = String::with_capacity(16 * 1024);
-        let fam = |f: &Family| vec![("ip_family", family_label(*f).to_string())];
-
-        let h = "kubeproxy_sync_proxy_rules_duration_seconds";
-        header(
-            &mut out,
-            h,
-            "histogram",
-            "[ALPHA] SyncProxyRules latency in seconds",
-        );
-        for (f, hist) in &s.sync_duration {
-            histogram(&mut out, h, &fam(f), hist);
+        // Writing to a String cannot fail, and every collector here only writes.
+        if let Err(e) = prometheus_text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "could not encode the metrics");
         }
-        let h = "kubeproxy_network_programming_duration_seconds";
-        header(
-            &mut out,
-            h,
-            "histogram",
-            "[ALPHA] In Cluster Network Programming Latency in seconds",
-        );
-        for (f, hist) in &s.network_programming {
-            histogram(&mut out, h, &fam(f), hist);
-        }
-        let h = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
-        header(
-            &mut out,
-            h,
-            "gauge",
-            "[ALPHA] The last time proxy rules were successfully synced",
-        );
-        for (f, v) in &s.last_timestamp {
-            sample(&mut out, h, &fam(f), *v);
-        }
-        let h = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
-        header(
-            &mut out,
-            h,
-            "gauge",
-            "[ALPHA] The last time a sync of proxy rules was queued",
-        );
-        for (f, v) in &s.last_queued_timestamp {
-            sample(&mut out, h, &fam(f), *v);
-        }
-        for (name, kind, help, v) in [
-            (
-                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-                "gauge",
-                "[ALPHA] Pending proxy rules Endpoint changes",
-                s.endpoint_changes_pending,
-            ),
-            (
-                "kubeproxy_sync_proxy_rules_endpoint_changes_total",
-                "counter",
-                "[ALPHA] Cumulative proxy rules Endpoint changes",
-                s.endpoint_changes_total,
-            ),
-            (
-                "kubeproxy_sync_proxy_rules_service_changes_pending",
-                "gauge",
-                "[ALPHA] Pending proxy rules Service changes",
-                s.service_changes_pending,
-            ),
-            (
-                "kubeproxy_sync_proxy_rules_service_changes_total",
-                "counter",
-                "[ALPHA] Cumulative proxy rules Service changes",
-                s.service_changes_total,
-            ),
-        ] {
-            header(&mut out, name, kind, help);
-            sample(&mut out, name, &[], v as f64);
-        }
-        let h = "kubeproxy_sync_proxy_rules_no_local_endpoints_total";
-        header(
-            &mut out,
-            h,
-            "gauge",
-            "[ALPHA] Number of services with a Local traffic policy and no endpoints",
-        );
-        for ((policy, f), v) in &s.no_local_endpoints {
-            let labels = vec![
-                ("ip_family", family_label(*f).to_string()),
-                ("traffic_policy", policy.to_string()),
-            ];
-            sample(&mut out, h, &labels, *v as f64);
-        }
-        let h = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "[ALPHA] Cumulative proxy iptables restore failures",
-        );
-        for (f, v) in &s.restore_failures {
-            sample(&mut out, h, &fam(f), *v as f64);
-        }
-        for (name, help, counts) in [
-            (
-                "kubeproxy_proxy_healthz_total",
-                "[ALPHA] Cumulative proxy healthz HTTP status",
-                &s.healthz,
-            ),
-            (
-                "kubeproxy_proxy_livez_total",
-                "[ALPHA] Cumulative proxy livez HTTP status",
-                &s.livez,
-            ),
-        ] {
-            header(&mut out, name, "counter", help);
-            for (code, v) in counts {
-                sample(&mut out, name, &[("code", code.to_string())], *v as f64);
-            }
-        }
-        let h = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
-        header(
-            &mut out,
-            h,
-            "histogram",
-            "[ALPHA] ReconcileConntrackFlowsLatency latency in seconds",
-        );
-        for (f, hist) in &s.conntrack_duration {
-            histogram(&mut out, h, &fam(f), hist);
-        }
-        let h = "kubeproxy_conntrack_reconciler_deleted_entries_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "[ALPHA] Cumulative conntrack flows deleted by conntrack reconciler",
-        );
-        for (f, v) in &s.conntrack_deleted {
-            sample(&mut out, h, &fam(f), *v as f64);
-        }
-
-        let h = "kube_proxy_ipvs_operations_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "Kernel operations applied by the sync loop, by kind",
-        );
-        for (kind, v) in &s.operations {
-            sample(&mut out, h, &[("kind", kind.to_string())], *v as f64);
-        }
-        let h = "kube_proxy_ipvs_operation_failures_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "Kernel operations that failed (retried at the next sync), by kind",
-        );
-        for (kind, v) in &s.operation_failures {
-            sample(&mut out, h, &[("kind", kind.to_string())], *v as f64);
-        }
-        let h = "kube_proxy_ipvs_syncs_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "Syncs, by type: full (kernel read back) or partial",
-        );
-        for (kind, v) in &s.syncs {
-            sample(&mut out, h, &[("type", kind.to_string())], *v as f64);
-        }
-        let h = "kube_proxy_ipvs_drift_repaired_total";
-        header(
-            &mut out,
-            h,
-            "counter",
-            "Kernel objects changed outside the agent and repaired by a full sync, by kind \
-             (virtual_server, real_server, set, set_entry, chain, jump, address, link, sysctl); \
-             sum over kind for the total",
-        );
-        for (kind, v) in &s.drift_repaired {
-            sample(&mut out, h, &[("kind", kind.to_string())], *v as f64);
-        }
-        let h = "kube_proxy_ipvs_blocked";
-        header(
-            &mut out,
-            h,
-            "gauge",
-            "1 while the agent cannot program the kernel at all (no rules written, or no virtual server made); the log says why",
-        );
-        sample(&mut out, h, &[], if s.blocked { 1.0 } else { 0.0 });
-        let h = "kube_proxy_ipvs_destinations_draining";
-        header(
-            &mut out,
-            h,
-            "gauge",
-            "IPVS destinations at weight 0 waiting for their connections to end",
-        );
-        sample(&mut out, h, &[], s.draining as f64);
-        if let Some(n) = s.connections {
-            let h = "kube_proxy_ipvs_connections";
-            header(
-                &mut out,
-                h,
-                "gauge",
-                "Connections IPVS tracks to the agent's real servers (active and inactive) at the last full read of the kernel",
-            );
-            sample(&mut out, h, &[], n as f64);
-        }
-        let h = "kube_proxy_ipvs_ipset_entries";
-        header(&mut out, h, "gauge", "Entries in each ipset the agent owns");
-        for (set, v) in &s.ipset_entries {
-            sample(&mut out, h, &[("set", set.clone())], *v as f64);
-        }
-        drop(s);
-        render_process(&mut out);
         out
     }
 }
 
-/// The process metrics and the build information.
-fn render_process(out: &mut String) {
-    let p = process::Process::read();
-    let h = "process_cpu_seconds_total";
-    header(
-        out,
-        h,
-        "counter",
-        "Total user and system CPU time spent in seconds.",
+/// The `Content-Type` of `/metrics`: the Prometheus text format 0.0.4, which every
+/// Prometheus scrapes and kube-proxy serves by default.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// Registers every typed family under its exposed name (counters without `_total`, which the
+/// encoder appends) and kube-proxy's help text.
+fn register(r: &mut Registry, f: &Families) {
+    r.register(
+        "kubeproxy_sync_proxy_rules_duration_seconds",
+        "[ALPHA] SyncProxyRules latency in seconds",
+        f.sync_duration.clone(),
     );
-    sample(out, h, &[], p.cpu_seconds);
-    let h = "process_resident_memory_bytes";
-    header(out, h, "gauge", "Resident memory size in bytes.");
-    sample(out, h, &[], p.resident_bytes as f64);
-    let h = "process_virtual_memory_bytes";
-    header(out, h, "gauge", "Virtual memory size in bytes.");
-    sample(out, h, &[], p.virtual_bytes as f64);
-    let h = "process_open_fds";
-    header(out, h, "gauge", "Number of open file descriptors.");
-    sample(out, h, &[], p.open_fds as f64);
-    if let Some(max) = p.max_fds {
-        let h = "process_max_fds";
-        header(out, h, "gauge", "Maximum number of open file descriptors.");
-        sample(out, h, &[], max as f64);
-    }
-    if let Some(start) = p.start_time_seconds {
-        let h = "process_start_time_seconds";
-        header(
-            out,
-            h,
-            "gauge",
-            "Start time of the process since unix epoch in seconds.",
-        );
-        sample(out, h, &[], start);
-    }
-    let h = "kubernetes_build_info";
-    header(
-        out,
-        h,
-        "gauge",
-        "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, compiler and platform from which the agent was built.",
+    r.register(
+        "kubeproxy_network_programming_duration_seconds",
+        "[ALPHA] In Cluster Network Programming Latency in seconds",
+        f.network_programming.clone(),
     );
-    sample(out, h, &process::build_labels(), 1.0);
+    r.register(
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "[ALPHA] The last time proxy rules were successfully synced",
+        f.last_timestamp.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "[ALPHA] The last time a sync of proxy rules was queued",
+        f.last_queued_timestamp.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+        "[ALPHA] Pending proxy rules Endpoint changes",
+        f.endpoint_changes_pending.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_endpoint_changes",
+        "[ALPHA] Cumulative proxy rules Endpoint changes",
+        f.endpoint_changes.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "[ALPHA] Pending proxy rules Service changes",
+        f.service_changes_pending.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_service_changes",
+        "[ALPHA] Cumulative proxy rules Service changes",
+        f.service_changes.clone(),
+    );
+    // A gauge named `_total`, as kube-proxy registers it.
+    r.register(
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+        "[ALPHA] Number of services with a Local traffic policy and no endpoints",
+        f.no_local_endpoints.clone(),
+    );
+    r.register(
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+        "[ALPHA] Cumulative proxy iptables restore failures",
+        f.restore_failures.clone(),
+    );
+    r.register(
+        "kubeproxy_proxy_healthz",
+        "[ALPHA] Cumulative proxy healthz HTTP status",
+        f.healthz.clone(),
+    );
+    r.register(
+        "kubeproxy_proxy_livez",
+        "[ALPHA] Cumulative proxy livez HTTP status",
+        f.livez.clone(),
+    );
+    r.register(
+        "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+        "[ALPHA] ReconcileConntrackFlowsLatency latency in seconds",
+        f.conntrack_duration.clone(),
+    );
+    r.register(
+        "kubeproxy_conntrack_reconciler_deleted_entries",
+        "[ALPHA] Cumulative conntrack flows deleted by conntrack reconciler",
+        f.conntrack_deleted.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_operations",
+        "Kernel operations applied by the sync loop, by kind",
+        f.operations.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_operation_failures",
+        "Kernel operations that failed (retried at the next sync), by kind",
+        f.operation_failures.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_syncs",
+        "Syncs, by type: full (kernel read back) or partial",
+        f.syncs.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_drift_repaired",
+        "Kernel objects changed outside the agent and repaired by a full sync, by kind \
+         (virtual_server, real_server, set, set_entry, chain, jump, address, link, sysctl); \
+         sum over kind for the total",
+        f.drift_repaired.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_blocked",
+        "1 while the agent cannot program the kernel at all (no rules written, or no virtual server made); the log says why",
+        f.blocked.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_destinations_draining",
+        "IPVS destinations at weight 0 waiting for their connections to end",
+        f.draining.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_connections",
+        "Connections IPVS tracks to the agent's real servers (active and inactive) at the last full read of the kernel",
+        f.connections.clone(),
+    );
+    r.register(
+        "kube_proxy_ipvs_ipset_entries",
+        "Entries in each ipset the agent owns",
+        f.ipset_entries.clone(),
+    );
+}
+
+/// The build this agent is: its crate version and the commit it was built from (`build.rs`).
+fn build_labels() -> BuildLabels {
+    BuildLabels {
+        build_date: env!("KUBE_PROXY_IPVS_BUILD_DATE"),
+        compiler: "rustc",
+        git_commit: env!("KUBE_PROXY_IPVS_GIT_COMMIT"),
+        git_version: format!("v{}", env!("CARGO_PKG_VERSION")),
+        major: env!("CARGO_PKG_VERSION_MAJOR"),
+        minor: env!("CARGO_PKG_VERSION_MINOR"),
+        platform: format!(
+            "{}/{}",
+            std::env::consts::OS,
+            process::go_arch(std::env::consts::ARCH)
+        ),
+    }
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -669,64 +682,23 @@ fn unix_seconds(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// The effective configuration as kube-proxy's `/configz` serves it: one key per
+/// configuration group, `kubeproxy.config.k8s.io`, holding the KubeProxyConfiguration.
+pub fn configz(config: &crate::config_file::KubeProxyConfiguration) -> serde_json::Result<String> {
+    let mut all = serde_json::Map::new();
+    all.insert(
+        "kubeproxy.config.k8s.io".to_string(),
+        serde_json::to_value(config)?,
+    );
+    serde_json::to_string(&serde_json::Value::Object(all))
 }
 
-fn labels_text(labels: &[(&str, String)]) -> String {
-    if labels.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn number(v: f64) -> String {
-    if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
-    } else {
-        // Rust prints integral floats without a fraction and others in shortest form,
-        // both of which Prometheus parses.
-        format!("{v}")
-    }
-}
-
-fn sample(out: &mut String, name: &str, labels: &[(&str, String)], v: f64) {
-    let _ = writeln!(out, "{name}{} {}", labels_text(labels), number(v));
-}
-
-fn histogram(out: &mut String, name: &str, labels: &[(&str, String)], h: &Histogram) {
-    let bucket = format!("{name}_bucket");
-    for (bound, count) in h.bounds.iter().zip(&h.counts) {
-        let mut l = labels.to_vec();
-        l.push(("le", number(*bound)));
-        sample(out, &bucket, &l, *count as f64);
-    }
-    let mut l = labels.to_vec();
-    l.push(("le", "+Inf".into()));
-    sample(out, &bucket, &l, h.count as f64);
-    sample(out, &format!("{name}_sum"), labels, h.sum);
-    sample(out, &format!("{name}_count"), labels, h.count as f64);
-}
-
-/// The metrics server's routes: `/metrics`, `/healthz` (`ok`), `/proxyMode` (`ipvs`).
-pub fn handle(metrics: &Metrics, request: &Request) -> Response {
+/// The metrics server's routes: `/metrics`, `/configz` (`configz`, the JSON of
+/// [`configz`]), `/healthz` (`ok`), `/proxyMode` (`ipvs`).
+pub fn handle(metrics: &Metrics, configz: &str, request: &Request) -> Response {
     match request.path.as_str() {
-        "/metrics" => Response::new(
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
-        ),
+        "/metrics" => Response::new(200, CONTENT_TYPE, metrics.render()),
+        "/configz" => Response::new(200, "application/json", configz),
         "/healthz" => Response::new(200, "text/plain; charset=utf-8", "ok"),
         "/proxyMode" => Response::new(200, "text/plain; charset=utf-8", "ipvs"),
         _ => Response::not_found(),
@@ -738,9 +710,10 @@ pub fn handle(metrics: &Metrics, request: &Request) -> Response {
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
+    configz: Arc<str>,
     hard_fail: bool,
 ) -> std::io::Result<()> {
-    let handler = move |r: &Request| handle(&metrics, r);
+    let handler = move |r: &Request| handle(&metrics, &configz, r);
     web::run(addr, Arc::new(handler), hard_fail, "metrics").await
 }
 
@@ -797,7 +770,18 @@ mod tests {
 
     #[test]
     fn kube_proxy_names_and_types() {
-        let m = Metrics::new(&[Family::V4, Family::V6]);
+        let m = Metrics::new(&[Family::V4, Family::V6], false);
+        // A family without a series is left out, as client_golang leaves out an empty
+        // vector: no answer yet, no `kubeproxy_proxy_healthz_total`.
+        assert!(!m.render().contains("kubeproxy_proxy_healthz_total"));
+        m.healthz_response(200);
+        m.livez_response(200);
+        let obs = SyncObservation {
+            ops: [("add_service", 1)].into(),
+            ..SyncObservation::default()
+        };
+        m.observe_sync(&obs, true);
+        m.ipset_entries([("KUBE-CLUSTER-IP".to_string(), 0)]);
         let text = m.render();
         assert_well_formed(&text);
         for (name, kind) in [
@@ -892,7 +876,7 @@ mod tests {
 
     #[test]
     fn a_sync_is_recorded() {
-        let m = Metrics::new(&[Family::V4]);
+        let m = Metrics::new(&[Family::V4], false);
         let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let plan = Plan {
             ops: vec![
@@ -926,8 +910,8 @@ mod tests {
             "kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family=\"IPv4\"} 0.003",
             "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
             // A failed sync leaves the last-success timestamp alone.
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 0",
-            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 1700000000",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 0.0",
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 1700000000.0",
             "kube_proxy_ipvs_operations_total{kind=\"add_address\"} 2",
             "kube_proxy_ipvs_operations_total{kind=\"create_link\"} 1",
             "kube_proxy_ipvs_operation_failures_total{kind=\"del_address\"} 1",
@@ -942,13 +926,13 @@ mod tests {
             SyncObservation::from_plan(&Plan::default(), &Applied::default(), Duration::ZERO, at);
         m.observe_sync(&ok, false);
         assert!(m.render().contains(
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1700000000\n"
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1700000000.0\n"
         ));
     }
 
     #[test]
     fn restore_failures_count_per_family() {
-        let m = Metrics::new(&[Family::V4, Family::V6]);
+        let m = Metrics::new(&[Family::V4, Family::V6], false);
         let write = Op::WriteRules {
             family: Family::V6,
             rules: Default::default(),
@@ -984,7 +968,7 @@ mod tests {
 
     #[test]
     fn drift_is_counted_by_kind() {
-        let m = Metrics::new(&[Family::V4]);
+        let m = Metrics::new(&[Family::V4], false);
         let text = m.render();
         for kind in crate::sync::DRIFT_KINDS {
             let line = format!("kube_proxy_ipvs_drift_repaired_total{{kind=\"{kind}\"}} 0");
@@ -1013,15 +997,19 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(
-            labels_text(&[("set", "a\"b\\c\nd".into())]),
-            "{set=\"a\\\"b\\\\c\\nd\"}"
+        let m = Metrics::new(&[Family::V4], false);
+        m.ipset_entries([("a\"b\\c\nd".to_string(), 1)]);
+        let text = m.render();
+        assert!(
+            text.lines()
+                .any(|l| l == "kube_proxy_ipvs_ipset_entries{set=\"a\\\"b\\\\c\\nd\"} 1"),
+            "{text}"
         );
     }
 
     #[test]
     fn a_report_is_recorded_whole_and_ends_the_pending_changes() {
-        let m = Metrics::new(&[Family::V4]);
+        let m = Metrics::new(&[Family::V4], false);
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
         m.changes_seen(2, 3);
         m.changes_seen(0, 1);
@@ -1060,7 +1048,7 @@ mod tests {
             "kubeproxy_sync_proxy_rules_service_changes_pending 0",
             "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
             "kubeproxy_sync_proxy_rules_endpoint_changes_total 4",
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1700000100",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1700000100.0",
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 2",
             "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
             "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 4",
@@ -1077,12 +1065,110 @@ mod tests {
         assert!(m.render().lines().any(|l| l == "kube_proxy_ipvs_blocked 0"));
     }
 
+    fn served(name: &str, key: &str, n: u64) -> crate::sync::ServiceTraffic {
+        let (address, port) = key.rsplit_once(':').unwrap();
+        crate::sync::ServiceTraffic {
+            service: crate::model::cluster::ServiceRef::new("shop", name),
+            port_name: "http".into(),
+            key: crate::model::kernel::VsKey {
+                address: address.trim_matches(['[', ']']).parse().unwrap(),
+                protocol: crate::model::cluster::Protocol::Tcp,
+                port: port.parse().unwrap(),
+            },
+            traffic: crate::dataplane::Traffic {
+                connections: n,
+                in_packets: 10 * n,
+                out_packets: 20 * n,
+                in_bytes: 1000 * n,
+                out_bytes: 2000 * n,
+            },
+        }
+    }
+
+    #[test]
+    fn per_virtual_server_counters_are_exported_only_when_asked() {
+        let off = Metrics::new(&[Family::V4], false);
+        off.service_traffic(vec![served("web", "10.96.0.10:80", 1)]);
+        assert!(!off.render().contains("kube_proxy_ipvs_service_"));
+
+        let m = Metrics::new(&[Family::V4], true);
+        m.service_traffic(vec![
+            served("web", "10.96.0.10:80", 3),
+            served("web", "[fd00::10]:80", 1),
+        ]);
+        let text = m.render();
+        assert_well_formed(&text);
+        for line in [
+            "# TYPE kube_proxy_ipvs_service_connections_total counter",
+            "kube_proxy_ipvs_service_connections_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"10.96.0.10:80\"} 3",
+            "kube_proxy_ipvs_service_in_packets_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"10.96.0.10:80\"} 30",
+            "kube_proxy_ipvs_service_out_packets_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"10.96.0.10:80\"} 60",
+            "kube_proxy_ipvs_service_in_bytes_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"10.96.0.10:80\"} 3000",
+            "kube_proxy_ipvs_service_out_bytes_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"[fd00::10]:80\"} 2000",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        // The next full sync's snapshot replaces the last: a virtual server gone is gone.
+        m.service_traffic(vec![served("web", "10.96.0.10:80", 4)]);
+        let text = m.render();
+        assert!(!text.contains("fd00::10"), "{text}");
+        assert_eq!(
+            lines_of(&text, "kube_proxy_ipvs_service_connections_total"),
+            [
+                "kube_proxy_ipvs_service_connections_total{namespace=\"shop\",service=\"web\",port_name=\"http\",protocol=\"TCP\",address=\"10.96.0.10:80\"} 4"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_build_is_named_by_version_and_commit() {
+        let text = Metrics::new(&[Family::V4], false).render();
+        let line = lines_of(&text, "kubernetes_build_info");
+        assert_eq!(line.len(), 1, "{text}");
+        let commit = env!("KUBE_PROXY_IPVS_GIT_COMMIT");
+        // A 40-digit commit in a git checkout, "unknown" outside one.
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{commit}"
+        );
+        for label in [
+            format!("git_commit=\"{commit}\""),
+            format!("git_version=\"v{}\"", env!("CARGO_PKG_VERSION")),
+            "compiler=\"rustc\"".to_string(),
+            "build_date=\"".to_string(),
+        ] {
+            assert!(line[0].contains(&label), "{label} in {}", line[0]);
+        }
+        assert!(line[0].ends_with("} 1"), "{}", line[0]);
+    }
+
+    #[test]
+    fn configz_is_kube_proxys_one_group_with_the_effective_configuration() {
+        let flags = crate::config_file::FlagOverrides::new()
+            .with("ipvs-scheduler", "wrr")
+            .with("ipvs-service-metrics", "true");
+        let loaded =
+            crate::config_file::load(None, &flags, crate::config_file::Decoding::Lenient).unwrap();
+        let text = configz(&loaded.config).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let groups = v.as_object().unwrap();
+        assert_eq!(groups.len(), 1, "{text}");
+        let c = &groups["kubeproxy.config.k8s.io"];
+        assert_eq!(c["kind"], "KubeProxyConfiguration", "{text}");
+        assert_eq!(c["ipvs"]["scheduler"], "wrr", "{text}");
+        assert_eq!(c["ipvs"]["serviceMetrics"], true, "{text}");
+        assert_eq!(c["metricsBindAddress"], "127.0.0.1:10249", "{text}");
+        assert_eq!(c["ipvs"]["syncPeriod"], "30s", "{text}");
+    }
+
     #[test]
     fn routes() {
-        let m = Metrics::new(&[Family::V4]);
+        let m = Metrics::new(&[Family::V4], false);
         let get = |path: &str| {
             handle(
                 &m,
+                "{\"kubeproxy.config.k8s.io\":{}}",
                 &Request {
                     method: "GET".into(),
                     path: path.into(),
@@ -1095,6 +1181,19 @@ mod tests {
             r.body
                 .contains("# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram")
         );
+        assert_eq!(
+            r.headers,
+            [(
+                "Content-Type",
+                "text/plain; version=0.0.4; charset=utf-8".to_string()
+            )]
+        );
+        let c = get("/configz");
+        assert_eq!(
+            (c.status, c.body.as_str()),
+            (200, "{\"kubeproxy.config.k8s.io\":{}}")
+        );
+        assert_eq!(c.headers[0].1, "application/json");
         assert_eq!(get("/proxyMode").body, "ipvs");
         assert_eq!(get("/healthz").body, "ok");
         assert_eq!(get("/debug/pprof/").status, 404);

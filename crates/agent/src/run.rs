@@ -194,6 +194,8 @@ async fn prepare_kernel(settings: &Settings) -> anyhow::Result<(Kernel, ProxyCon
     config.families = families::usable(kernel.backend());
     kernel.set_families(config.families.clone());
     kernel.set_vip_binding(config.vip_binding);
+    // The per-virtual-server counts are kept only when they are exported (cardinality).
+    kernel.count_traffic(settings.kube_proxy.ipvs.service_metrics);
     info!(families = ?config.families, "serving these IP families (each one whose iptables works on the host, as kube-proxy)");
     info!(backend = ?kernel.backend(), node = %settings.node_name, "kube-proxy-ipvs starting");
     host_setup(settings, &kernel).await;
@@ -269,7 +271,7 @@ async fn proxy(
     if let Some(path) = settings.args.config.clone() {
         tokio::spawn(exit_on_config_change(path));
     }
-    let metrics = Arc::new(Metrics::new(&config.families));
+    let metrics = Arc::new(Metrics::new(&config.families, kp.ipvs.service_metrics));
     let health = Health::new(&config.families, kp.health_timeout());
     health.updated();
     if let Some(lifecycle) = source.lifecycle {
@@ -284,7 +286,16 @@ async fn proxy(
         );
     }
     if let Some(addr) = kp.metrics_address() {
-        spawn_metrics_server(addr, metrics.clone(), kp.bind_address_hard_fail);
+        let configz = crate::metrics::configz(kp).unwrap_or_else(|e| {
+            warn!(error = %e, "cannot encode the configuration; /configz serves an empty one");
+            "{}".to_string()
+        });
+        spawn_metrics_server(
+            addr,
+            metrics.clone(),
+            configz.into(),
+            kp.bind_address_hard_fail,
+        );
     }
     let events = source.events;
     let health_check_addresses = spawn_health_check_ports(HealthCheckPorts {
@@ -384,10 +395,15 @@ fn spawn_healthz_server(addr: SocketAddr, health: Health, metrics: Arc<Metrics>,
     });
 }
 
-/// `/metrics` on `metricsBindAddress`.
-fn spawn_metrics_server(addr: SocketAddr, metrics: Arc<Metrics>, hard_fail: bool) {
+/// `/metrics` and `/configz` on `metricsBindAddress`.
+fn spawn_metrics_server(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    configz: Arc<str>,
+    hard_fail: bool,
+) {
     tokio::spawn(async move {
-        if let Err(e) = crate::metrics::serve(addr, metrics, hard_fail).await {
+        if let Err(e) = crate::metrics::serve(addr, metrics, configz, hard_fail).await {
             warn!(error = %e, "metrics server stopped");
         }
     });

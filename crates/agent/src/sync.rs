@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::dataplane::conntrack::Cleaned;
-use crate::dataplane::{Applied, Dataplane, Error, Observation};
+use crate::dataplane::{Applied, Dataplane, Error, Observation, Traffic};
 use crate::model::cluster::{Cluster, ServiceRef, changed_services};
 use crate::model::config::ProxyConfig;
 use crate::model::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
@@ -107,6 +107,63 @@ pub struct Report {
     /// Services whose own scheduler was refused since the last sync (each also a warning):
     /// one entry when a refusal starts, none while it lasts, for an event on the Service.
     pub scheduler_refusals: Vec<Refusal>,
+    /// On a full sync, what IPVS counted for each of the agent's virtual servers, from the
+    /// service list the read made; empty unless the dataplane keeps the counts
+    /// (`kube_proxy_ipvs_service_*`).
+    pub traffic: Option<Vec<ServiceTraffic>>,
+}
+
+/// What IPVS counted for one of the agent's virtual servers, with the Service port it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceTraffic {
+    /// The Service.
+    pub service: ServiceRef,
+    /// The name of its port (empty for a single unnamed port).
+    pub port_name: String,
+    /// The virtual server.
+    pub key: VsKey,
+    /// The counts.
+    pub traffic: Traffic,
+}
+
+/// The counts of the virtual servers `owners` gives a Service to; foreign ones are left out.
+fn service_traffic(
+    counted: &BTreeMap<VsKey, Traffic>,
+    owners: &BTreeMap<VsKey, Arc<crate::model::cluster::Service>>,
+) -> Vec<ServiceTraffic> {
+    counted
+        .iter()
+        .filter_map(|(key, traffic)| {
+            let svc = owners.get(key)?;
+            Some(ServiceTraffic {
+                service: svc.id.clone(),
+                port_name: port_name(svc, key).to_string(),
+                key: *key,
+                traffic: *traffic,
+            })
+        })
+        .collect()
+}
+
+/// The name of the port of `svc` that virtual server `key` serves: its service port on one of
+/// the Service's own addresses, else its node port (on a node address).
+fn port_name<'a>(svc: &'a crate::model::cluster::Service, key: &VsKey) -> &'a str {
+    let own = svc
+        .cluster_ips
+        .iter()
+        .chain(&svc.external_ips)
+        .chain(&svc.load_balancer_ips)
+        .any(|a| *a == key.address);
+    let same = |p: &&crate::model::cluster::ServicePort| p.protocol == key.protocol;
+    let found = if own {
+        svc.ports.iter().filter(same).find(|p| p.port == key.port)
+    } else {
+        svc.ports
+            .iter()
+            .filter(same)
+            .find(|p| p.node_port == Some(key.port))
+    };
+    found.map_or("", |p| p.name.as_str())
 }
 
 impl Report {
@@ -146,6 +203,8 @@ pub struct Syncer<D: Dataplane> {
     read_share: usize,
     /// Open connections per virtual server, as last read (none kept for idle ones).
     connections: BTreeMap<VsKey, u64>,
+    /// What IPVS counted per virtual server at the last full read, until a report takes it.
+    traffic: BTreeMap<VsKey, Traffic>,
     /// The Services' own schedulers refused at the last sync.
     refused: BTreeSet<Refusal>,
     /// Full syncs since the desired state was last built whole.
@@ -187,6 +246,7 @@ impl<D: Dataplane> Syncer<D> {
             pass: 0,
             read_share: READ_SHARE,
             connections: BTreeMap::new(),
+            traffic: BTreeMap::new(),
             kept_passes: 0,
             build_next: false,
             keep_plans: true,
@@ -446,6 +506,9 @@ impl<D: Dataplane> Syncer<D> {
             self.connections
                 .retain(|key, _| shadow.state.services.contains_key(key));
         }
+        // Taken: the next full read brings new counts, and a large node's are not kept twice.
+        let traffic =
+            full.then(|| service_traffic(&std::mem::take(&mut self.traffic), &want.owners));
         let ipvs_connections = full.then(|| {
             self.connections
                 .iter()
@@ -655,6 +718,7 @@ impl<D: Dataplane> Syncer<D> {
             health_check_addresses,
             unread: unread.len(),
             scheduler_refusals,
+            traffic,
         })
     }
 
@@ -675,8 +739,13 @@ impl<D: Dataplane> Syncer<D> {
                     // The old shadow goes before the kernel is read: never two copies of its
                     // state.
                     self.shadow = None;
-                    let Observation { state, host } = self.dataplane.observe().await?;
+                    let Observation {
+                        state,
+                        host,
+                        traffic,
+                    } = self.dataplane.observe().await?;
                     self.shadow = Some(Shadow { state, host });
+                    self.traffic = traffic;
                     return Ok((BTreeSet::new(), Duration::ZERO));
                 };
                 let (observation, unread) = self.dataplane.observe_part(&part).await?;
@@ -711,7 +780,12 @@ impl<D: Dataplane> Syncer<D> {
         mut unread: BTreeSet<VsKey>,
         journal: &[Op],
     ) -> Result<BTreeSet<VsKey>, Error> {
-        let Observation { mut state, host } = observation;
+        let Observation {
+            mut state,
+            host,
+            traffic,
+        } = observation;
+        self.traffic = traffic;
         let mut old = self.shadow.take();
         let mut unknown = Vec::new();
         for key in &unread {
@@ -788,8 +862,13 @@ impl<D: Dataplane> Syncer<D> {
             "the priority Services failed; the full sync retries them"
         );
         self.forget_shadow();
-        let Observation { state, host } = self.dataplane.observe().await?;
+        let Observation {
+            state,
+            host,
+            traffic,
+        } = self.dataplane.observe().await?;
         self.shadow = Some(Shadow { state, host });
+        self.traffic = traffic;
         Ok(None)
     }
 
@@ -1037,6 +1116,81 @@ mod tests {
         c.services.extend(api.services);
         c.slices.extend(api.slices);
         c
+    }
+
+    #[tokio::test]
+    async fn a_full_sync_reports_the_counts_of_its_own_virtual_servers_by_service_port() {
+        let c = cluster(
+            vec![
+                svc("web")
+                    .cluster_ip("10.96.0.10")
+                    .port("http", Protocol::Tcp, 80)
+                    .port("dns", Protocol::Udp, 53)
+                    .node_port(30053),
+            ],
+            vec![
+                eps("web", "http", Protocol::Tcp, 8080).ready("10.244.1.5", "other"),
+                eps("web", "dns", Protocol::Udp, 53).ready("10.244.1.5", "other"),
+            ],
+        );
+        let vs = |a: &str, protocol, port| VsKey {
+            address: a.parse().unwrap(),
+            protocol,
+            port,
+        };
+        let http = vs("10.96.0.10", Protocol::Tcp, 80);
+        let node_dns = vs("192.168.1.10", Protocol::Udp, 30053);
+        let foreign = vs("10.1.1.1", Protocol::Tcp, 80);
+        let counted = |n| Traffic {
+            connections: n,
+            in_packets: 2 * n,
+            out_packets: 3 * n,
+            in_bytes: 4 * n,
+            out_bytes: 5 * n,
+        };
+        let mut s = Syncer::new(
+            Memory {
+                host: crate::model::fixtures::host(),
+                ..Memory::default()
+            },
+            ProxyConfig::default(),
+        );
+        // The first sync makes the virtual servers; the kernel counts on them afterwards.
+        s.sync(&c, true).await.unwrap();
+        let mut foreign_vs = s.dataplane().state.services[&http].clone();
+        foreign_vs.destinations = Default::default();
+        s.dataplane().state.services.insert(foreign, foreign_vs);
+        s.dataplane().traffic = [
+            (http, counted(1)),
+            (node_dns, counted(7)),
+            (foreign, counted(9)),
+        ]
+        .into();
+        let r = s.sync(&c, true).await.unwrap();
+        let traffic = r.traffic.expect("a full sync reports the counts");
+        let found: Vec<_> = traffic
+            .iter()
+            .map(|t| {
+                (
+                    t.key,
+                    t.service.name.as_str(),
+                    t.port_name.as_str(),
+                    t.traffic,
+                )
+            })
+            .collect();
+        // Ours only, each with its Service port: the node port's by its node port.
+        assert!(
+            found.contains(&(http, "web", "http", counted(1))),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&(node_dns, "web", "dns", counted(7))),
+            "{found:?}"
+        );
+        assert!(!found.iter().any(|f| f.0 == foreign), "{found:?}");
+        let changed = s.sync(&c, false).await.unwrap();
+        assert_eq!(changed.traffic, None, "a partial sync reads no counts");
     }
 
     #[tokio::test]

@@ -238,6 +238,12 @@ pub const FIELDS: &[Field] = &[
         "the agent's own: lblc/lblcr a Service's annotation may name though their module is not loaded",
     ),
     field(
+        "ipvs.serviceMetrics",
+        Some("ipvs-service-metrics"),
+        Used,
+        "the agent's own: per-virtual-server IPVS counters on /metrics (kube_proxy_ipvs_service_*)",
+    ),
+    field(
         "ipvs.strictARP",
         Some("ipvs-strict-arp"),
         Used,

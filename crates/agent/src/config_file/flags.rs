@@ -170,6 +170,7 @@ impl KubeProxyConfiguration {
                 self.ipvs.vip_binding = Some(mode.to_string());
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
+            "ipvs-service-metrics" => self.ipvs.service_metrics = go_bool(v)?,
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
             "iptables-sync-period" => self.iptables.sync_period = dur(v)?,

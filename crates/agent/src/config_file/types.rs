@@ -129,6 +129,11 @@ pub struct Ipvs {
     /// loaded (`--ipvs-allowed-schedulers`). Written back only when set.
     #[serde(deserialize_with = "nullable", skip_serializing_if = "Vec::is_empty")]
     pub allowed_schedulers: Vec<String>,
+    /// The agent's own field: export IPVS's per-virtual-server counters
+    /// (`--ipvs-service-metrics`; off by default, one series per virtual server). Written
+    /// back only when set.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "std::ops::Not::not")]
+    pub service_metrics: bool,
 }
 
 /// `nftables` (nftables mode only).

@@ -2,14 +2,14 @@
 //! the model's shadow ([`KernelState::apply`]), exactly as the real dataplane would. A
 //! [`ReadGate`] holds its reads made apart, so that tests can sync while a periodic pass reads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::conntrack::Cleaned;
-use super::{Applied, Dataplane, Error, Observation, RealServers};
+use super::{Applied, Dataplane, Error, Observation, RealServers, Traffic};
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
 use crate::model::kernel::{KernelState, VsKey};
@@ -41,6 +41,8 @@ pub struct Memory {
     pub unavailable: bool,
     /// When set, reads made apart ([`Dataplane::read_apart`]) wait for this gate to open.
     pub gate: Option<ReadGate>,
+    /// What IPVS counted per virtual server, reported by reads for those in [`Memory::state`].
+    pub traffic: BTreeMap<VsKey, Traffic>,
 }
 
 /// Holds the reads made apart of a [`Memory`] kernel until the test lets them go, so that a
@@ -148,9 +150,16 @@ impl Memory {
                 ipvs_netlink::Error::FamilyMissing(missing),
             ));
         }
+        let traffic = self
+            .traffic
+            .iter()
+            .filter(|(key, _)| self.state.services.contains_key(key))
+            .map(|(key, t)| (*key, *t))
+            .collect();
         Ok(Observation {
             state: as_read(self.state.clone()),
             host: self.host.clone(),
+            traffic,
         })
     }
 

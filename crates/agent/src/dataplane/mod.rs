@@ -26,7 +26,7 @@ pub mod vip;
 
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::BoxFuture;
 
@@ -43,6 +43,25 @@ pub struct Observation {
     pub state: KernelState,
     /// Facts about the host (its addresses).
     pub host: Host,
+    /// What IPVS counted for each virtual server, when the dataplane was asked to keep it
+    /// (`kernel::Kernel::count_traffic`); empty otherwise.
+    pub traffic: BTreeMap<VsKey, Traffic>,
+}
+
+/// What IPVS counted for one virtual server since it was made (`ipvsadm -Ln --stats`), from
+/// the service dump every full read already makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Traffic {
+    /// Connections scheduled.
+    pub connections: u64,
+    /// Packets from clients.
+    pub in_packets: u64,
+    /// Packets to clients.
+    pub out_packets: u64,
+    /// Bytes from clients.
+    pub in_bytes: u64,
+    /// Bytes to clients.
+    pub out_bytes: u64,
 }
 
 /// What applying a plan did.

@@ -1,8 +1,13 @@
 //! The standard process metrics (`process_*`, as Prometheus client libraries expose them and
-//! kube-proxy's registry does) and the build information, read from `/proc` at each scrape.
+//! kube-proxy's registry does), read from `/proc` at each scrape by a `prometheus-client`
+//! [`Collector`].
 //!
-//! Written here rather than taken from a client library: the agent's exposition is its own
-//! (kube-proxy's names, types and labels), and these are a handful of `/proc` fields.
+//! `prometheus-client` has no process collector of its own; these are a handful of `/proc`
+//! fields, encoded by the library as constant metrics.
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 
 /// Linux reports times in `/proc` in `USER_HZ` ticks, 100 a second on every architecture
 /// the agent builds for (the kernel's `CONFIG_HZ` does not change it).
@@ -83,28 +88,60 @@ fn max_open_files(limits: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// The labels of the build-information gauge: kube-proxy's `kubernetes_build_info` names,
-/// with the agent's own version.
-pub fn build_labels() -> Vec<(&'static str, String)> {
-    let version = env!("CARGO_PKG_VERSION");
-    vec![
-        ("compiler", "rustc".into()),
-        ("git_version", format!("v{version}")),
-        ("major", env!("CARGO_PKG_VERSION_MAJOR").into()),
-        ("minor", env!("CARGO_PKG_VERSION_MINOR").into()),
-        (
-            "platform",
-            format!(
-                "{}/{}",
-                std::env::consts::OS,
-                go_arch(std::env::consts::ARCH)
-            ),
-        ),
-    ]
+/// Encodes [`Process::read`] at each scrape; a figure that cannot be read is left out, as
+/// before (`process_max_fds` when unlimited, `process_start_time_seconds` without `/proc/stat`).
+#[derive(Debug)]
+pub(super) struct Collector;
+
+impl prometheus_client::collector::Collector for Collector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = Process::read();
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        let mut gauge = |name: &str, help: &str, v: f64| -> Result<(), std::fmt::Error> {
+            let g = ConstGauge::new(v);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+        };
+        gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            p.resident_bytes as f64,
+        )?;
+        gauge(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            p.virtual_bytes as f64,
+        )?;
+        gauge(
+            "process_open_fds",
+            "Number of open file descriptors.",
+            p.open_fds as f64,
+        )?;
+        if let Some(max) = p.max_fds {
+            gauge(
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                max as f64,
+            )?;
+        }
+        if let Some(start) = p.start_time_seconds {
+            gauge(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                start,
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Rust's architecture names as Go (and so Kubernetes' `platform` label) spells them.
-fn go_arch(arch: &str) -> &str {
+pub(super) fn go_arch(arch: &str) -> &str {
     match arch {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

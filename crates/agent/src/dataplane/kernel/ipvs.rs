@@ -12,7 +12,7 @@ use ipvs_netlink::{Destination, ForwardMethod, Scheduler, Service, ServiceFlags,
 use tracing::{debug, warn};
 
 use super::Kernel;
-use crate::dataplane::{Applied, Error, RealServers};
+use crate::dataplane::{Applied, Error, RealServers, Traffic};
 use crate::model::cluster::Protocol;
 use crate::model::kernel::{Connections, VirtualServer, VsKey};
 use crate::model::plan::Op;
@@ -230,12 +230,21 @@ type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;
 
 /// Every IPVS virtual server of ours, listed over `ipvs`, with the real servers of those
 /// `part` selects (all without one) dumped over `dumpers`; the keys of those whose real
-/// servers were not read come second.
+/// servers were not read come second; with `traffic`, what IPVS counted for each, from the
+/// list (every virtual server's, whatever `part` reads), third.
 pub(super) async fn observe_services(
     ipvs: &ipvs_netlink::Handle,
     dumpers: &[ipvs_netlink::Handle],
     part: Option<&Part>,
-) -> Result<(BTreeMap<VsKey, VirtualServer>, BTreeSet<VsKey>), Error> {
+    traffic: bool,
+) -> Result<
+    (
+        BTreeMap<VsKey, VirtualServer>,
+        BTreeSet<VsKey>,
+        BTreeMap<VsKey, Traffic>,
+    ),
+    Error,
+> {
     let services = match ipvs.services().list_consistent(SERVICE_DUMPS).await {
         Ok(services) => services,
         // Another namespace kept changing IPVS through every dump: what any dump listed
@@ -248,6 +257,14 @@ pub(super) async fn observe_services(
             seen
         }
         Err(e) => return Err(ipvs_error("list IPVS services", e)),
+    };
+    let counted = if traffic {
+        services
+            .iter()
+            .filter_map(|s| Some((vs_key(&s.key)?, counts(s))))
+            .collect()
+    } else {
+        BTreeMap::new()
     };
     let (ours, unread): (Listed, Listed) = services
         .into_iter()
@@ -290,7 +307,20 @@ pub(super) async fn observe_services(
         read.into_iter().map(|(_, r)| r).collect::<Result<_, _>>()?;
     let keys = unread.keys().copied().collect();
     services.extend(unread);
-    Ok((services, keys))
+    Ok((services, keys, counted))
+}
+
+/// What IPVS counted for `svc`: its 64-bit counters, or the 32-bit ones from a kernel
+/// without them (before 4.1), or nothing counted.
+fn counts(svc: &Service) -> Traffic {
+    let s = svc.stats64.or(svc.stats).unwrap_or_default();
+    Traffic {
+        connections: s.conns,
+        in_packets: s.in_packets,
+        out_packets: s.out_packets,
+        in_bytes: s.in_bytes,
+        out_bytes: s.out_bytes,
+    }
 }
 
 /// Reads the real servers of `services` over `sockets`, one dump in flight on each.

@@ -71,6 +71,8 @@ pub struct Kernel {
     link_index: Option<u32>,
     /// `lo`'s index, for the bridge routes of a switch of binding.
     lo_index: Option<u32>,
+    /// Whether reads keep what IPVS counted per virtual server ([`Kernel::count_traffic`]).
+    traffic: bool,
     /// `kube-ipvs0`'s addresses as last observed, to delete them by message.
     bound: BTreeMap<IpAddr, Address>,
     /// How new VIPs are bound.
@@ -105,6 +107,7 @@ impl Kernel {
             written: Written::default(),
             link_index: None,
             lo_index: None,
+            traffic: false,
             bound: BTreeMap::new(),
             vip_binding: VipBinding::default(),
             vips: Bindings::default(),
@@ -117,6 +120,13 @@ impl Kernel {
     /// is).
     pub fn set_families(&mut self, families: Vec<Family>) {
         self.families = families;
+    }
+
+    /// Whether full reads from now on keep what IPVS counted per virtual server
+    /// ([`crate::dataplane::Observation::traffic`]): off by default, as a node's every
+    /// virtual server then costs its counts in memory at each read.
+    pub fn count_traffic(&mut self, on: bool) {
+        self.traffic = on;
     }
 
     /// Binds new VIPs as `mode` says from now on (see [`Kernel::rebind_vips`] for those

@@ -12,7 +12,7 @@ use super::ipvs::{self, ipvs_error};
 use super::{Kernel, blocking, sets};
 use crate::dataplane::iptables::{self, Backend, Seen};
 use crate::dataplane::link::Links;
-use crate::dataplane::{Error, Observation, sysctl};
+use crate::dataplane::{Error, Observation, Traffic, sysctl};
 use crate::model::cluster::Family;
 use crate::model::desired::Host;
 use crate::model::kernel::{KernelState, Set, VirtualServer, VsKey};
@@ -22,6 +22,8 @@ use crate::model::rolling::Part;
 /// printed them (the [`Kernel`] knows how its own writes print).
 pub struct Found {
     services: BTreeMap<VsKey, VirtualServer>,
+    /// What IPVS counted per virtual server, when asked.
+    traffic: BTreeMap<VsKey, Traffic>,
     /// Virtual servers whose real servers were not read.
     unread: BTreeSet<VsKey>,
     sets: BTreeMap<String, Set>,
@@ -34,6 +36,7 @@ pub(super) struct Reader {
     families: Vec<Family>,
     backend: Backend,
     sysctl_keys: Vec<String>,
+    traffic: bool,
 }
 
 impl Reader {
@@ -46,7 +49,8 @@ impl Reader {
         part: Option<&Part>,
     ) -> Result<Found, Error> {
         let t = Instant::now();
-        let (services, unread) = ipvs::observe_services(ipvs, dumpers, part).await?;
+        let (services, unread, traffic) =
+            ipvs::observe_services(ipvs, dumpers, part, self.traffic).await?;
         debug!(services = services.len(), unread = unread.len(), elapsed = ?t.elapsed(), "observed IPVS");
         let t = Instant::now();
         let sets = sets::observe_sets(self.families.clone()).await?;
@@ -61,6 +65,7 @@ impl Reader {
         let sysctls = blocking("sysctl", move || sysctl::read(&keys)).await?;
         Ok(Found {
             services,
+            traffic,
             unread,
             sets,
             rules,
@@ -86,6 +91,7 @@ impl Kernel {
             families: self.families.clone(),
             backend: self.backend,
             sysctl_keys: self.sysctl_keys.clone(),
+            traffic: self.traffic,
         }
     }
 
@@ -120,6 +126,11 @@ impl Kernel {
                 .collect(),
             sysctls: found.sysctls,
         };
-        Ok((Observation { state, host }, found.unread))
+        let observation = Observation {
+            state,
+            host,
+            traffic: found.traffic,
+        };
+        Ok((observation, found.unread))
     }
 }
