@@ -3,6 +3,12 @@
 //! kube-proxy's own flags are kept as the strings the user typed: the configuration module
 //! (`config_file`) owns their defaults, their validation and the way they combine with a
 //! `--config` file, so that a flag and the field it stands for can never disagree.
+//!
+//! Every flag of kube-proxy 1.37's `--help` is accepted, with pflag's syntax (`--flag=value`,
+//! `--flag value`, a bool as `--flag` or `--flag=false`, `-v=2`, `--v=2`): the flags of
+//! [`Args`], and the logging and other flags of [`TABLE`], which are generated from it rather
+//! than written out as fields. A flag the agent does not act on is warned about once, with
+//! the reason (`tests/check-flags.sh` runs each flag of the real kube-proxy's `--help`).
 
 use std::path::PathBuf;
 
@@ -14,7 +20,11 @@ use crate::model::config::ProxyConfig;
 /// kube-proxy-ipvs: a Kubernetes Service proxy on Linux IPVS, a drop-in for
 /// `kube-proxy --proxy-mode=ipvs`. Flags take kube-proxy's names and meanings.
 #[derive(Debug, Parser)]
-#[command(name = "kube-proxy-ipvs", version)]
+#[command(
+    name = "kube-proxy-ipvs",
+    disable_version_flag = true,
+    args_override_self = true
+)]
 pub struct Args {
     /// A KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) file. Flags given
     /// explicitly override its fields, each with a warning.
@@ -35,17 +45,17 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub api_list_page_size: u32,
     /// Run one full sync, then exit (0 on success).
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub once: bool,
     /// Print the plan and the iptables-restore input without touching the kernel.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub dry_run: bool,
     /// Remove everything the agent owns, and nothing else, then exit.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub cleanup: bool,
     /// Only set up the host (sysctls, IPVS timeouts, conntrack limits) and exit: for a
     /// privileged init container, so that the agent itself runs with CAP_NET_ADMIN only.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub init_only: bool,
     /// How long a removed TCP real server may drain at weight 0 before it is deleted even
     /// with connections left (kube-proxy has no bound); 0s deletes at once. Default 15m; in
@@ -209,6 +219,136 @@ pub struct Args {
     pub v: Option<String>,
 }
 
+/// The type of a flag's value, as kube-proxy's `--help` names it, and so how it is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--flag` or `--flag=true|false`.
+    Bool,
+    /// A Go duration (`5s`).
+    Duration,
+    /// A resource quantity (`0`, `64Ki`).
+    Quantity,
+    /// Any string (checked where it is used).
+    Text,
+    /// `--version`, `--version=raw`: optional value.
+    Version,
+}
+
+/// A flag of kube-proxy's that is not a field of [`Args`]: generated from this table.
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    /// The long name, without `--`.
+    pub name: &'static str,
+    /// Its value's type.
+    pub kind: Kind,
+    /// The help line.
+    pub help: &'static str,
+    /// Why the agent does not act on it: `Some` flags are warned about once when given.
+    /// `None` flags are used, or are fields of the configuration whose non-default values
+    /// the configuration's own check warns about.
+    pub unused: Option<&'static str>,
+}
+
+/// kube-proxy's flags beyond [`Args`]: component-base's logging flags and `--version`.
+pub const TABLE: &[Flag] = &[
+    Flag {
+        name: "vmodule",
+        kind: Kind::Text,
+        help: "comma-separated pattern=N settings: a pattern naming one of the agent's modules \
+               (sync, ipvs, api, ...) sets its verbosity; others are warned about",
+        unused: None,
+    },
+    Flag {
+        name: "log-flush-frequency",
+        kind: Kind::Duration,
+        help: "logging.flushFrequency: accepted, not used (logs are not buffered)",
+        unused: None,
+    },
+    Flag {
+        name: "log-text-split-stream",
+        kind: Kind::Bool,
+        help: "logging.options.text.splitStream: accepted, not used (all logs go to stderr)",
+        unused: None,
+    },
+    Flag {
+        name: "log-text-info-buffer-size",
+        kind: Kind::Quantity,
+        help: "logging.options.text.infoBufferSize: accepted, not used (logs are not buffered)",
+        unused: None,
+    },
+    Flag {
+        name: "log-json-split-stream",
+        kind: Kind::Bool,
+        help: "logging.options.json.splitStream: accepted, not used (all logs go to stderr)",
+        unused: None,
+    },
+    Flag {
+        name: "log-json-info-buffer-size",
+        kind: Kind::Quantity,
+        help: "logging.options.json.infoBufferSize: accepted, not used (logs are not buffered)",
+        unused: None,
+    },
+    Flag {
+        name: "version",
+        kind: Kind::Version,
+        help: "Print the version and exit (--version=raw: with the build's details)",
+        unused: None,
+    },
+];
+
+impl Flag {
+    /// The clap argument for this flag.
+    fn arg(&self) -> clap::Arg {
+        let arg = clap::Arg::new(self.name)
+            .long(self.name)
+            .help(self.help)
+            .action(clap::ArgAction::Set);
+        match self.kind {
+            Kind::Bool => arg
+                .num_args(0..=1)
+                .default_missing_value("true")
+                .value_parser(check_bool),
+            Kind::Version => arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true"),
+            Kind::Duration => arg.value_parser(check_duration),
+            Kind::Quantity => arg.value_parser(check_quantity),
+            Kind::Text => arg,
+        }
+    }
+}
+
+/// pflag's bool values (`--cleanup=false`), for the bool fields of [`Args`].
+fn go_bool(v: &str) -> Result<bool, String> {
+    config_file::flags::go_bool(v)
+}
+
+fn check_bool(v: &str) -> Result<String, String> {
+    config_file::flags::go_bool(v).map(|_| v.to_string())
+}
+
+fn check_duration(v: &str) -> Result<String, String> {
+    config_file::GoDuration::parse(v).map(|_| v.to_string())
+}
+
+fn check_quantity(v: &str) -> Result<String, String> {
+    config_file::flags::quantity(v)
+}
+
+/// The whole command line: [`Args`] and [`TABLE`]. Values that take exactly one argument
+/// may start with `-` (`--oom-score-adj -999`), as pflag allows; a flag whose value is
+/// optional never swallows the next flag.
+pub fn command() -> clap::Command {
+    Args::command()
+        .args(TABLE.iter().map(Flag::arg))
+        .mut_args(|a| {
+            let one = a.get_action().takes_values()
+                && a.get_num_args().is_none_or(|n| n.min_values() == 1);
+            if one { a.allow_hyphen_values(true) } else { a }
+        })
+}
+
 /// The parsed command line and the effective configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -224,14 +364,8 @@ pub struct Settings {
     pub warnings: Vec<String>,
 }
 
-impl Args {
-    /// The log verbosity from `-v` (0 when absent or not a number).
-    pub fn verbosity(&self) -> u8 {
-        self.v.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
-    }
-}
-
-/// Parses the process's command line (clap prints usage and exits on a syntax error).
+/// Parses the process's command line (clap prints usage and exits 2 on a syntax error;
+/// `--help` and `--version` print and exit 0).
 pub fn parse() -> Result<Settings, config_file::Error> {
     settings(std::env::args_os())
 }
@@ -242,10 +376,31 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let command = Args::command();
+    let command = command();
     let matches = command.clone().get_matches_from(argv);
+    match matches.get_one::<String>("version").map(String::as_str) {
+        None | Some("false") => {}
+        Some(how) => {
+            println!("{}", version(how == "raw"));
+            std::process::exit(0);
+        }
+    }
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     from_matches(args, &command, &matches)
+}
+
+/// What `--version` prints: kube-proxy prints `Kubernetes v1.37.2`; `raw` adds the build.
+fn version(raw: bool) -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    if raw {
+        format!(
+            "kube-proxy-ipvs v{v} (kube-proxy v1.37 flags; {} {})",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )
+    } else {
+        format!("kube-proxy-ipvs v{v}")
+    }
 }
 
 fn from_matches(
@@ -254,7 +409,15 @@ fn from_matches(
     matches: &clap::ArgMatches,
 ) -> Result<Settings, config_file::Error> {
     let flags = FlagOverrides::from_matches(command, matches);
-    let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
+    let mut loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
+    // One warning per flag given that the agent does not act on.
+    for flag in TABLE {
+        if let (Some(why), Some(_)) = (flag.unused, flags.get(flag.name)) {
+            loaded
+                .warnings
+                .push(format!("--{}: accepted, not used: {why}", flag.name));
+        }
+    }
     let kube_proxy = loaded.config;
     let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
     let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
@@ -296,7 +459,7 @@ mod tests {
     use crate::model::cluster::Family;
 
     fn try_settings(extra: &[&str]) -> Result<Settings, String> {
-        let command = Args::command();
+        let command = command();
         let mut argv = vec!["kube-proxy-ipvs", "--hostname-override", "Node-A"];
         argv.extend_from_slice(extra);
         let matches = command

@@ -16,10 +16,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let format = logging::Format::from_config(&settings.kube_proxy.logging.format);
-    if let Err(e) = logging::init(logging::level(settings.args.verbosity()), format) {
+    // `logging.*` of the file with the logging flags over it (`-v`, `--vmodule`,
+    // `--logging-format`), as kube-proxy applies them.
+    let log = &settings.kube_proxy.logging;
+    let vmodule: Vec<(String, u32)> = log
+        .vmodule
+        .iter()
+        .map(|m| (m.file_pattern.clone(), m.verbosity))
+        .collect();
+    let (filter, unmapped) = logging::filter(log.verbosity, &vmodule);
+    if let Err(e) = logging::init(filter, logging::Format::from_config(&log.format)) {
         eprintln!("kube-proxy-ipvs: cannot set up logging: {e}");
         return ExitCode::FAILURE;
+    }
+    for w in unmapped {
+        tracing::warn!("{w}");
     }
     // Two worker threads: the health, metrics and health-check servers keep answering on one
     // while a sync's work runs on the other, and whatever must wait (iptables-restore for the

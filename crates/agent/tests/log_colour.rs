@@ -16,9 +16,15 @@ fn a_log_into_a_pipe_has_no_colour_codes() {
         .expect("run the agent");
     assert!(out.status.success(), "{out:?}");
     let log = String::from_utf8_lossy(&out.stderr);
-    // The demo's malformed Service is logged as a warning.
-    assert!(log.contains("WARN"), "no warning logged:\n{log}");
-    assert!(log.contains("manifest rejected"), "{log}");
+    // The demo's malformed Service is logged as a warning: klog's `W` line.
+    let header = regex::Regex::new(
+        r#"^W\d{4} \d{2}:\d{2}:\d{2}\.\d{6} [ \d]{7} manifests\.rs:\d+\] "manifest rejected" "#,
+    )
+    .unwrap();
+    assert!(
+        log.lines().any(|l| header.is_match(l)),
+        "no klog warning line for the rejected manifest:\n{log}"
+    );
     assert!(
         !log.contains('\x1b'),
         "colour codes in a piped log:\n{log:?}"

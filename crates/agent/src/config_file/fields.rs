@@ -18,6 +18,12 @@ impl KubeProxyConfiguration {
                 ),
             ));
         }
+        // kube-proxy refuses a gate it does not know, or a value a gate is locked against.
+        for (gate, on) in &self.feature_gates {
+            if let Err(why) = super::gates::check(gate, *on) {
+                refused.push(FieldError::new(format!("featureGates.{gate}"), why));
+            }
+        }
         if self.feature_gates.get(IPVS_GATE) == Some(&false) {
             refused.push(FieldError::new(
                 format!("featureGates.{IPVS_GATE}"),
@@ -121,7 +127,7 @@ pub const FIELDS: &[Field] = &[
         "featureGates",
         Some("feature-gates"),
         Restricted,
-        "KubeProxyIPVS=false is refused; other gates are logged and ignored",
+        "gates kube-proxy 1.37 does not know, and KubeProxyIPVS=false, are refused; the others are logged and ignored",
     ),
     field(
         "hostnameOverride",
@@ -403,8 +409,8 @@ pub const FIELDS: &[Field] = &[
     field(
         "logging.vmodule",
         Some("vmodule"),
-        Ignored,
-        "use RUST_LOG for per-module levels",
+        Used,
+        "a pattern naming one of the agent's modules sets its level; others are warned about",
     ),
     field(
         "logging.options.text.infoBufferSize",

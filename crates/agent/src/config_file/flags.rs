@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 
 use clap::parser::ValueSource;
 
-use super::{Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, append_port};
+use super::{
+    Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, TimeOrDuration, VModule,
+    append_port,
+};
 
 /// The kube-proxy flags given explicitly, by long name (`ipvs-sync-period`), each with its
 /// raw values in order (list flags split at commas, as pflag's string slices).
@@ -24,8 +27,19 @@ pub struct FlagOverrides {
     values: BTreeMap<String, Vec<String>>,
 }
 
-/// Flags that kube-proxy still honours when `--config` is given.
-const HONOURED_WITH_CONFIG: &[&str] = &["hostname-override", "v", "logging-format", "vmodule"];
+/// Flags that kube-proxy still honours when `--config` is given: the node name and every
+/// logging flag (component-base copies those over the file's `logging`).
+const HONOURED_WITH_CONFIG: &[&str] = &[
+    "hostname-override",
+    "v",
+    "logging-format",
+    "vmodule",
+    "log-flush-frequency",
+    "log-text-split-stream",
+    "log-text-info-buffer-size",
+    "log-json-split-stream",
+    "log-json-info-buffer-size",
+];
 
 impl FlagOverrides {
     /// No flags.
@@ -218,8 +232,9 @@ impl KubeProxyConfiguration {
                     let (k, b) = pair
                         .split_once('=')
                         .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
-                    self.feature_gates
-                        .insert(k.trim().to_string(), go_bool(b.trim())?);
+                    let (gate, on) = (k.trim(), go_bool(b.trim())?);
+                    super::gates::check(gate, on)?;
+                    self.feature_gates.insert(gate.to_string(), on);
                 }
             }
             "v" => {
@@ -227,15 +242,61 @@ impl KubeProxyConfiguration {
                     .parse()
                     .map_err(|_| format!("{v:?} is not a verbosity level"))?
             }
-            "logging-format" => self.logging.format = v.to_string(),
+            "logging-format" => {
+                if !matches!(v, "text" | "json") {
+                    return Err(format!("{v:?}: must be text or json"));
+                }
+                self.logging.format = v.to_string()
+            }
+            // The flag's entries come after the file's, so that they win (component-base
+            // joins them the same way).
+            "vmodule" => {
+                for (file_pattern, verbosity) in crate::logging::vmodule::parse(&list().join(","))?
+                {
+                    self.logging.vmodule.push(VModule {
+                        file_pattern,
+                        verbosity,
+                    });
+                }
+            }
+            "log-flush-frequency" => self.logging.flush_frequency = TimeOrDuration(dur(v)?),
+            "log-text-split-stream" => self.logging.options.text.split_stream = go_bool(v)?,
+            "log-json-split-stream" => self.logging.options.json.split_stream = go_bool(v)?,
+            "log-text-info-buffer-size" => {
+                self.logging.options.text.info_buffer_size = quantity(v)?
+            }
+            "log-json-info-buffer-size" => {
+                self.logging.options.json.info_buffer_size = quantity(v)?
+            }
             _ => return Ok(false),
         }
         Ok(true)
     }
 }
 
+/// A resource quantity as `resource.ParseQuantity` takes it: a decimal number and an optional
+/// suffix (`512`, `1K`, `2Ki`, `1.5M`, `3e3`).
+pub fn quantity(v: &str) -> Result<String, String> {
+    const SUFFIXES: &[&str] = &[
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
+    ];
+    let number = |n: &str| {
+        n.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+            && n.parse::<f64>().is_ok_and(|x| x >= 0.0)
+    };
+    let ok = SUFFIXES.iter().any(|suffix| {
+        v.strip_suffix(suffix)
+            .is_some_and(|n| number(n) && !n.ends_with(['e', 'E']))
+    });
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!("{v:?} is not a quantity (512, 1K, 2Ki, 3M, ...)"))
+    }
+}
+
 /// Go's `strconv.ParseBool`.
-fn go_bool(v: &str) -> Result<bool, String> {
+pub fn go_bool(v: &str) -> Result<bool, String> {
     match v {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),

@@ -27,6 +27,7 @@ mod defaults;
 mod effective;
 mod error;
 mod fields;
+pub mod gates;
 pub mod interface;
 mod oom;
 mod types;

@@ -240,7 +240,7 @@ impl Agent {
     /// The last lines of its log, for failure messages.
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.contains("DEBUG")).collect();
+        let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 

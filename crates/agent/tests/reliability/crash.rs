@@ -400,7 +400,7 @@ impl Agent {
                     Event::Observed
                 } else if line.contains("applied a group") || line.contains("sent an IPVS batch") {
                     Event::Step
-                } else if line.contains(" synced ") {
+                } else if line.contains("] \"synced\"") {
                     Event::Synced
                 } else {
                     if line.contains("operation failed") && failed.len() < 5 {

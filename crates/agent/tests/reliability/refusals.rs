@@ -195,7 +195,7 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
     let attempts = agent
         .log()
         .lines()
-        .filter(|l| l.contains(" synced ") && !l.contains("failed=0"))
+        .filter(|l| l.contains("] \"synced\"") && !l.contains("failed=0"))
         .count();
     assert!(
         (2..=6).contains(&attempts),
@@ -475,7 +475,7 @@ fn a_services_lblc_annotation_is_refused_unless_the_operator_allows_it() {
         "not served with the node's scheduler:\n{saved}"
     );
     assert!(
-        log.contains("Service t/web: scheduler \"lblc\"")
+        log.contains(r#"Service t/web: scheduler \"lblc\""#)
             && log.contains("--ipvs-allowed-schedulers"),
         "the refusal is not logged with its remedy:\n{log}"
     );
