@@ -26,6 +26,8 @@ cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
 bash tests/peers/build.sh >/dev/null
+step "kube-proxy's command line: every flag of the real kube-proxy's --help, and its feature gates"
+bash tests/check-flags.sh --binary target/debug/kube-proxy-ipvs --kube-proxy target/peers/kube-proxy
 step "the swap guide's commands against the real kube-apiserver (deploy/swap.sh)"
 bash tests/check-swap.sh --binary target/debug/kube-proxy-ipvs
 step "kernel tests in the lab (with the real control plane; the differential corpus's ci scenarios)"
