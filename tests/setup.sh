@@ -60,6 +60,9 @@ if [ -f "$snapshot" ]; then
         # An older or broken copy is cargo-deny's cache, replaced whole.
         [ ! -e "$db" ] || mv "$db" "$unpacked/replaced"
         mv "$unpacked/advisory-db" "$db"
+        # The snapshot was cloned from a mirror; cargo-deny fetches from "origin", which must
+        # be the database's real address for a fetch to bring anything newer.
+        git --git-dir="$db/.git" remote set-url origin https://github.com/RustSec/advisory-db
         echo "setup: RustSec database from $snapshot installed (its last commit" \
             "$(git --git-dir="$db/.git" log -1 --format='%h of %cs')$([ "$old" = 0 ] || echo ", newer than the copy there"))" >&2
     else
