@@ -502,6 +502,134 @@ mod tests {
     }
 
     #[test]
+    fn pflags_syntax_is_taken() {
+        let cases: &[&[&str]] = &[
+            &["-v=2"],
+            &["-v", "2"],
+            &["-v2"],
+            &["--v=2"],
+            &["--v", "2"],
+            &["--oom-score-adj", "-999"],
+            &["--cleanup=false"],
+            &["--init-only=false"],
+            &["--masquerade-all", "--v=2"],
+            &["--masquerade-all=false"],
+            &["--log-flush-frequency", "10s"],
+            &["--vmodule", "sync=4"],
+            &["--log-text-split-stream"],
+            &["--log-json-split-stream=false"],
+            &["--log-json-info-buffer-size=64Ki"],
+            &["--log-text-info-buffer-size", "512"],
+            &["--version=false"],
+            &[
+                "--feature-gates",
+                "KubeProxyIPVS=true",
+                "--feature-gates=AllBeta=false",
+            ],
+        ];
+        for argv in cases {
+            try_settings(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        }
+        let s = try_settings(&["--masquerade-all", "-v=3", "--oom-score-adj", "-999"]).unwrap();
+        assert!(
+            s.proxy.masquerade_all,
+            "a bool flag does not swallow the next flag"
+        );
+        assert_eq!(s.kube_proxy.logging.verbosity, 3);
+        assert_eq!(s.kube_proxy.oom_score_adj, Some(-999));
+        assert!(!try_settings(&["--cleanup=false"]).unwrap().args.cleanup);
+        assert!(try_settings(&["--cleanup"]).unwrap().args.cleanup);
+        // pflag keeps the last of a repeated flag.
+        let s = try_settings(&["--ipvs-scheduler", "sh", "--ipvs-scheduler", "lc"]).unwrap();
+        assert_eq!(s.proxy.scheduler, "lc");
+    }
+
+    #[test]
+    fn logging_flags_go_over_the_files_logging() {
+        let file = std::env::temp_dir().join(format!("logging-{}.yaml", std::process::id()));
+        std::fs::write(
+            &file,
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nlogging:\n  format: json\n  verbosity: 4\n  vmodule: [{filePattern: api, verbosity: 2}]\n",
+        )
+        .unwrap();
+        let p = file.to_str().unwrap();
+        let from_file = try_settings(&["--config", p]).unwrap().kube_proxy.logging;
+        let both = try_settings(&[
+            "--config",
+            p,
+            "--logging-format=text",
+            "-v=1",
+            "--vmodule=sync=5",
+        ])
+        .unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(
+            (from_file.format.as_str(), from_file.verbosity),
+            ("json", 4)
+        );
+        let log = &both.kube_proxy.logging;
+        assert_eq!((log.format.as_str(), log.verbosity), ("text", 1));
+        let vmodule: Vec<(&str, u32)> = log
+            .vmodule
+            .iter()
+            .map(|m| (m.file_pattern.as_str(), m.verbosity))
+            .collect();
+        assert_eq!(
+            vmodule,
+            [("api", 2), ("sync", 5)],
+            "the flag's entries come last"
+        );
+        // kube-proxy honours its logging flags with --config: no "would ignore" warning.
+        assert!(
+            !both
+                .warnings
+                .iter()
+                .any(|w| w.contains("--v") || w.contains("--logging-format")),
+            "{:?}",
+            both.warnings
+        );
+    }
+
+    #[test]
+    fn feature_gates_are_kube_proxys() {
+        for ok in [
+            "KubeProxyIPVS=true",
+            "AllAlpha=true,AllBeta=false",
+            "AllowServiceExternalIPs=true",
+            "CPUManagerPolicyOptions=true",
+        ] {
+            let s = try_settings(&["--feature-gates", ok]).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert!(!s.kube_proxy.feature_gates.is_empty());
+        }
+        let err = |v: &str| {
+            try_settings(&["--feature-gates", v])
+                .map(|_| ())
+                .unwrap_err()
+        };
+        let unknown = err("NoSuchGate=true");
+        assert!(
+            unknown.contains("--feature-gates")
+                && unknown.contains("unrecognized feature gate: NoSuchGate"),
+            "{unknown}"
+        );
+        assert!(err("CPUManagerPolicyOptions=false").contains("locked to true"));
+        assert!(err("KubeProxyIPVS=false").contains("KubeProxyIPVS"));
+        assert!(err("KubeProxyIPVS").contains("Gate=true|false"));
+    }
+
+    #[test]
+    fn bad_logging_values_are_named() {
+        let err = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err();
+        assert!(err(&["--log-flush-frequency=soon"]).contains("--log-flush-frequency"));
+        assert!(err(&["--log-text-info-buffer-size=lots"]).contains("--log-text-info-buffer-size"));
+        assert!(err(&["--log-json-split-stream=maybe"]).contains("--log-json-split-stream"));
+        assert!(err(&["--vmodule=sync"]).contains("--vmodule"));
+        assert!(err(&["--v=x"]).contains("--v"));
+        assert!(err(&["--logging-format=xml"]).contains("--logging-format"));
+        assert!(err(&["--cleanup=maybe"]).contains("--cleanup"));
+    }
+
+    #[test]
     fn allowed_schedulers_come_from_the_flag_and_the_file() {
         let s = try_settings(&["--ipvs-allowed-schedulers", "lblc,lblcr"]).unwrap();
         assert!(s.proxy.allowed_schedulers.contains("lblc"));
