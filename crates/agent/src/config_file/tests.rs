@@ -725,6 +725,7 @@ fn the_field_table_covers_every_field_once() {
     full.ipvs.graceful_termination_timeout = Some(GoDuration::from_secs(60));
     full.ipvs.vip_binding = Some("route".into());
     full.ipvs.allowed_schedulers = vec!["lblc".into()];
+    full.ipvs.service_metrics = true;
     let mut paths = BTreeSet::new();
     leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
     paths.remove("featureGates.X");
@@ -735,11 +736,11 @@ fn the_field_table_covers_every_field_once() {
     // Every flag named in the table is one apply_flags knows.
     for f in FIELDS.iter().filter(|f| f.flag.is_some()) {
         let flag = f.flag.unwrap();
-        if matches!(flag, "log-flush-frequency" | "vmodule" | "windows-service") {
+        if flag == "windows-service" {
             continue;
         }
         let value = match flag {
-            "feature-gates" => "A=true",
+            "feature-gates" => "AllBeta=true",
             "v"
             | "iptables-masquerade-bit"
             | "kube-api-burst"
@@ -747,14 +748,21 @@ fn the_field_table_covers_every_field_once() {
             | "conntrack-max-per-core"
             | "oom-score-adj" => "1",
             "kube-api-qps" => "1.5",
+            "vmodule" => "sync=4",
+            "log-flush-frequency" => "1s",
+            "log-text-info-buffer-size" | "log-json-info-buffer-size" => "64Ki",
+            "log-text-split-stream" | "log-json-split-stream" => "true",
+            "logging-format" => "json",
             f if f.contains("period") || f.contains("timeout") => "2s",
             "iptables-localhost-nodeports" => "false",
             "vip-binding" => "route",
             "ipvs-strict-arp"
+            | "ipvs-service-metrics"
             | "masquerade-all"
             | "bind-address-hard-fail"
             | "profiling"
-            | "conntrack-tcp-be-liberal" => "true",
+            | "conntrack-tcp-be-liberal"
+            | "ipvs-service-metrics" => "true",
             _ => "x",
         };
         let mut c = KubeProxyConfiguration::defaults();
