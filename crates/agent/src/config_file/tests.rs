@@ -761,8 +761,7 @@ fn the_field_table_covers_every_field_once() {
             | "masquerade-all"
             | "bind-address-hard-fail"
             | "profiling"
-            | "conntrack-tcp-be-liberal"
-            | "ipvs-service-metrics" => "true",
+            | "conntrack-tcp-be-liberal" => "true",
             _ => "x",
         };
         let mut c = KubeProxyConfiguration::defaults();
