@@ -8,7 +8,8 @@
 //! `--flag value`, a bool as `--flag` or `--flag=false`, `-v=2`, `--v=2`): the flags of
 //! [`Args`], and the logging and other flags of [`TABLE`], which are generated from it rather
 //! than written out as fields. A flag the agent does not act on is warned about once, with
-//! the reason (`tests/check-flags.sh` runs each flag of the real kube-proxy's `--help`).
+//! the reason, by the configuration's check ([`config_file::FIELDS`]);
+//! `tests/check-flags.sh` runs each flag of the real kube-proxy's `--help`.
 
 use std::path::PathBuf;
 
@@ -241,12 +242,10 @@ pub struct Flag {
     pub name: &'static str,
     /// Its value's type.
     pub kind: Kind,
-    /// The help line.
+    /// The help line. What the agent does with the value is the configuration's business:
+    /// each of these is a `logging` field, and [`config_file::FIELDS`] says whether it is
+    /// used or, when set to anything but its default, warned about once with the reason.
     pub help: &'static str,
-    /// Why the agent does not act on it: `Some` flags are warned about once when given.
-    /// `None` flags are used, or are fields of the configuration whose non-default values
-    /// the configuration's own check warns about.
-    pub unused: Option<&'static str>,
 }
 
 /// kube-proxy's flags beyond [`Args`]: component-base's logging flags and `--version`.
@@ -256,43 +255,36 @@ pub const TABLE: &[Flag] = &[
         kind: Kind::Text,
         help: "comma-separated pattern=N settings: a pattern naming one of the agent's modules \
                (sync, ipvs, api, ...) sets its verbosity; others are warned about",
-        unused: None,
     },
     Flag {
         name: "log-flush-frequency",
         kind: Kind::Duration,
         help: "logging.flushFrequency: accepted, not used (logs are not buffered)",
-        unused: None,
     },
     Flag {
         name: "log-text-split-stream",
         kind: Kind::Bool,
         help: "logging.options.text.splitStream: accepted, not used (all logs go to stderr)",
-        unused: None,
     },
     Flag {
         name: "log-text-info-buffer-size",
         kind: Kind::Quantity,
         help: "logging.options.text.infoBufferSize: accepted, not used (logs are not buffered)",
-        unused: None,
     },
     Flag {
         name: "log-json-split-stream",
         kind: Kind::Bool,
         help: "logging.options.json.splitStream: accepted, not used (all logs go to stderr)",
-        unused: None,
     },
     Flag {
         name: "log-json-info-buffer-size",
         kind: Kind::Quantity,
         help: "logging.options.json.infoBufferSize: accepted, not used (logs are not buffered)",
-        unused: None,
     },
     Flag {
         name: "version",
         kind: Kind::Version,
         help: "Print the version and exit (--version=raw: with the build's details)",
-        unused: None,
     },
 ];
 
@@ -409,15 +401,7 @@ fn from_matches(
     matches: &clap::ArgMatches,
 ) -> Result<Settings, config_file::Error> {
     let flags = FlagOverrides::from_matches(command, matches);
-    let mut loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
-    // One warning per flag given that the agent does not act on.
-    for flag in TABLE {
-        if let (Some(why), Some(_)) = (flag.unused, flags.get(flag.name)) {
-            loaded
-                .warnings
-                .push(format!("--{}: accepted, not used: {why}", flag.name));
-        }
-    }
+    let loaded = config_file::load(args.config.as_deref(), &flags, Decoding::Lenient)?;
     let kube_proxy = loaded.config;
     let node_name = kube_proxy.node_name().unwrap_or_else(host_name);
     let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
@@ -588,6 +572,30 @@ mod tests {
             "{:?}",
             both.warnings
         );
+    }
+
+    #[test]
+    fn flags_not_acted_on_are_warned_once_with_the_reason() {
+        let s = try_settings(&[
+            "--log-flush-frequency=10s",
+            "--log-text-split-stream",
+            "--profiling",
+            "--iptables-sync-period=1m",
+        ])
+        .unwrap();
+        for (field, why) in [
+            ("logging.flushFrequency", "logs are not buffered"),
+            ("logging.options.text.splitStream", "all logs go to stderr"),
+            ("enableProfiling", "no Go pprof"),
+            ("iptables.syncPeriod", "iptables mode only"),
+        ] {
+            let said: Vec<&String> = s.warnings.iter().filter(|w| w.starts_with(field)).collect();
+            assert_eq!(said.len(), 1, "{field}: {:?}", s.warnings);
+            assert!(said[0].contains(why), "{}", said[0]);
+        }
+        // kube-proxy's defaults change nothing and say nothing.
+        let quiet = try_settings(&["--log-flush-frequency=5s", "--profiling=false"]).unwrap();
+        assert_eq!(quiet.warnings, Vec::<String>::new());
     }
 
     #[test]
