@@ -10,7 +10,8 @@
 #   container writes, kube-proxy's DaemonSet flags carried or not, and what the agent warns
 #   about or refuses in that configuration. The agent binary (--agent PATH, else
 #   $KUBE_PROXY_IPVS, else kube-proxy-ipvs on PATH) reads it with --write-config-to; without
-#   one the configuration is carried unchecked, and plan says so. Prints the config.conf.
+#   one the configuration is carried unchecked, and plan says so. The report goes to stderr,
+#   the agent's config.conf to stdout.
 # to-agent: the plan (stopping, with nothing changed, if the agent refuses the configuration),
 #   then backs up kube-proxy's DaemonSet and ConfigMap (kubectl get -o yaml, into DIR, default
 #   ./kube-proxy-backup; refuses to overwrite a backup), applies the agent's RBAC and ConfigMap
@@ -378,7 +379,7 @@ back() {
 }
 
 case $verb in
-    plan) plan && cat "$conf" ;;
+    plan) plan >&2 && cat "$conf" ;;
     to-agent) to_agent ;;
     back) back ;;
     *) usage ;;

@@ -16,7 +16,9 @@
 #      the agent's command carries the logging flag; kube-proxy's objects are gone; a second
 #      swap refuses and keeps the backup;
 #   2. going back restores kube-proxy's DaemonSet and ConfigMap as they were and removes the
-#      agent's objects.
+#      agent's objects;
+#   3. from nftables mode, nftables.masqueradeAll becomes the iptables.masqueradeAll IPVS mode
+#      reads (swap.sh plan, which changes nothing).
 #
 #   tests/check-swap.sh [--binary PATH]
 set -euo pipefail
@@ -283,5 +285,25 @@ sh deploy/swap.sh back --backup "$backup" --no-wait >"$tmp/back.log" 2>&1 ||
 [ -z "$(k -n kube-system get configmap kube-proxy-ipvs --ignore-not-found -o name)" ] || fail "the agent's ConfigMap is still there"
 [ "$(k -n kube-system get configmap kube-proxy -o 'jsonpath={.data}')" = "$before_data" ] || fail "kube-proxy's ConfigMap is not restored as it was"
 [ "$(k -n kube-system get daemonset kube-proxy -o 'jsonpath={.spec.template}')" = "$before_spec" ] || fail "kube-proxy's DaemonSet is not restored as it was"
+
+# ---- 3. from nftables mode: the masquerading IPVS mode reads from iptables.* comes from
+# nftables.* (the plan alone: nothing changes)
+sed -e '/^      masqueradeAll: true$/d' -e 's/^    mode: ""$/    mode: nftables/' \
+    -e 's/^    iptables:$/    nftables:\n      masqueradeAll: true\n    iptables:/' "$tmp/kube-proxy.yaml" |
+    k apply -f - >/dev/null
+k -n kube-system get configmap kube-proxy -o 'jsonpath={.data.config\.conf}' | grep -q '^  masqueradeAll: true' ||
+    fail "step 3's kube-proxy ConfigMap has no nftables.masqueradeAll"
+sh deploy/swap.sh plan "${agent[@]}" >"$tmp/config.conf" 2>"$tmp/plan.log" || { cat "$tmp/plan.log" >&2; fail "swap.sh plan (nftables)"; }
+grep -q '^  mode: nftables -> ipvs (' "$tmp/plan.log" || { cat "$tmp/plan.log" >&2; fail "the plan does not say nftables mode becomes ipvs"; }
+if [ -n "$binary" ]; then
+    "$binary" --config "$tmp/config.conf" --hostname-override check-swap --write-config-to "$tmp/effective.yaml" >"$tmp/agent.log" 2>&1 ||
+        { cat "$tmp/agent.log" >&2; fail "the agent refuses the configuration planned from nftables mode"; }
+    read_back=$tmp/effective.yaml
+else
+    read_back=$tmp/config.conf
+fi
+want mode ipvs
+want iptables.masqueradeAll true
+k apply -f "$tmp/kube-proxy.yaml" >/dev/null
 
 echo "check-swap: ok (refused before any change; kube-proxy's configuration carried field for field and read back by $([ -n "$binary" ] && echo "the agent" || echo "text, no agent binary"); sysctls, logging flag, server and image; restored as it was)"
