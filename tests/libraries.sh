@@ -24,12 +24,14 @@ version() { cargo metadata --no-deps --format-version 1 |
 
 for package in ipvs-netlink libipset; do
     echo "libraries: cargo publish --dry-run -p $package"
+    crate=$package-$(version "$package")
+    # The dry run unpacks the package it would upload here to build it (and leaves no .crate).
+    rm -rf "${target:?}/package/$crate"
     cargo publish --dry-run --quiet -p "$package" "${dirty[@]}"
     # The licence travels with the package (crates/X/LICENSE links to the root's): the
-    # text in the .crate that would be uploaded is the repository's LICENSE, byte for byte.
-    crate=$package-$(version "$package")
-    tar -xzOf "$target/package/$crate.crate" "$crate/LICENSE" | cmp -s - LICENSE ||
-        { echo "libraries: $crate.crate does not carry the repository's LICENSE" >&2; exit 1; }
+    # package's LICENSE is the repository's, byte for byte.
+    cmp -s "$target/package/$crate/LICENSE" LICENSE ||
+        { echo "libraries: the package $crate does not carry the repository's LICENSE" >&2; exit 1; }
 done
 # The agent is not published, but its package carries the licence too.
 cargo package --list --quiet -p kube-proxy-ipvs-agent "${dirty[@]}" | grep -qx LICENSE ||
