@@ -754,6 +754,7 @@ fn every_metric_is_fed_when_what_it_measures_happens() {
         "127.0.0.1:10249",
         "--ipvs-sync-period",
         "2s",
+        "--ipvs-service-metrics",
     ]);
     let start = Instant::now();
     while !(try_sh("ipvsadm -Sn | grep -q 10.96.0.10").0
@@ -792,6 +793,11 @@ fn every_metric_is_fed_when_what_it_measures_happens() {
         "kube_proxy_ipvs_drift_repaired_total",
         "kube_proxy_ipvs_connections",
         "kube_proxy_ipvs_ipset_entries",
+        "kube_proxy_ipvs_service_connections_total",
+        "kube_proxy_ipvs_service_in_packets_total",
+        "kube_proxy_ipvs_service_out_packets_total",
+        "kube_proxy_ipvs_service_in_bytes_total",
+        "kube_proxy_ipvs_service_out_bytes_total",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",
@@ -831,6 +837,94 @@ fn every_metric_is_fed_when_what_it_measures_happens() {
         "metrics never fed after 40 s: {unfed:#?}\n(families: {:?})",
         families.keys().collect::<Vec<_>>()
     );
+}
+
+/// With `--ipvs-service-metrics`, the kernel's counters of a Service's virtual server grow on
+/// `/metrics` as requests go through it (read at each full sync, here every second), under
+/// the Service port's labels; a virtual server that is not the agent's has no series, and
+/// `/configz` shows the setting.
+#[test]
+fn ipvs_service_counters_grow_as_traffic_goes_through_the_service() {
+    let node = Node::new("svcstats", 1);
+    node.write(
+        "web.yaml",
+        &service("web", "10.96.0.10", "", "TCP", 80, 8080, &[(0, "node-a")]),
+    );
+    // Someone else's virtual server: never labelled as a Service.
+    sh("ipvsadm -A -t 10.1.1.1:80 -s rr");
+    let mut agent = node.spawn(&[
+        "--metrics-bind-address",
+        "127.0.0.1:10249",
+        "--ipvs-sync-period",
+        "1s",
+        "--ipvs-service-metrics",
+    ]);
+    let web = "{namespace=\"t\",service=\"web\",port_name=\"p\",protocol=\"TCP\",address=\"10.96.0.10:80\"}";
+    let read = |name: &str| -> Option<u64> {
+        let (_, text) = try_http_get("127.0.0.1:10249", "/metrics").ok()?;
+        let line = format!("kube_proxy_ipvs_service_{name}_total{web} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))?
+            .parse()
+            .ok()
+    };
+    let counters = [
+        "connections",
+        "in_packets",
+        "out_packets",
+        "in_bytes",
+        "out_bytes",
+    ];
+    let all = || counters.map(read);
+    // The first full sync lists the new virtual server with nothing counted yet.
+    let start = Instant::now();
+    let before = loop {
+        if let [Some(a), Some(b), Some(c), Some(d), Some(e)] = all() {
+            break [a, b, c, d, e];
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no kube_proxy_ipvs_service_* series for web: {:?}",
+            try_http_get("127.0.0.1:10249", "/metrics")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            node.ask_from_outside("10.96.0.10:80"),
+            Ok(node.pods[0].name.clone())
+        );
+    }
+    let start = Instant::now();
+    let after = loop {
+        let now = all().map(|v| v.unwrap_or(0));
+        // Three connections more, and each of them moved packets and bytes both ways.
+        if now[0] >= before[0] + 3 && (1..5).all(|i| now[i] >= before[i] + 3) {
+            break now;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the counters did not grow: before {before:?}, now {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (_, text) = http_get("127.0.0.1:10249", "/metrics");
+    let (_, configz) = http_get("127.0.0.1:10249", "/configz");
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(
+        after[3] > after[1] && after[4] > after[2],
+        "bytes below packets: {after:?}"
+    );
+    assert!(
+        !text.contains("address=\"10.1.1.1:80\""),
+        "a foreign virtual server got a series:\n{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&configz).expect(&configz);
+    let c = &v["kubeproxy.config.k8s.io"];
+    assert_eq!(c["ipvs"]["serviceMetrics"], true, "{configz}");
+    assert_eq!(c["ipvs"]["syncPeriod"], "1s", "{configz}");
+    assert_eq!(c["metricsBindAddress"], "127.0.0.1:10249", "{configz}");
 }
 
 /// The metric families of an exposition (`# TYPE` lines) with their samples' values
