@@ -62,7 +62,7 @@ where
         let now = k8s_openapi::jiff::Timestamp::now();
         write!(
             w,
-            "{on}{letter}{}{off} {:>7} {}] ",
+            "{on}{letter}{off}{} {:>7} {}] ",
             now.strftime("%m%d %H:%M:%S%.6f"),
             std::process::id(),
             caller(meta),
