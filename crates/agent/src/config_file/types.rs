@@ -132,7 +132,10 @@ pub struct Ipvs {
     /// The agent's own field: export IPVS's per-virtual-server counters
     /// (`--ipvs-service-metrics`; off by default, one series per virtual server). Written
     /// back only when set.
-    #[serde(deserialize_with = "nullable", skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        deserialize_with = "nullable",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub service_metrics: bool,
 }
 
