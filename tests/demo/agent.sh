@@ -43,15 +43,15 @@ echo "--- ip addr show kube-ipvs0"
 ip -br addr show kube-ipvs0
 echo
 echo "--- ClusterIP 10.96.0.10 (rr), from the outside client"
-for n in 1 2 3 4; do get outside http://10.96.0.10/; done
+for _ in 1 2 3 4; do get outside http://10.96.0.10/; done
 echo "--- NodePort 192.168.100.1:30080, from the outside client"
-for n in 1 2 3; do get outside http://192.168.100.1:30080/; done
+for _ in 1 2 3; do get outside http://192.168.100.1:30080/; done
 echo "--- ClientIP affinity, 10.96.0.11"
-for n in 1 2 3; do get outside http://10.96.0.11/; done
+for _ in 1 2 3; do get outside http://10.96.0.11/; done
 echo "--- sh scheduler, 10.96.0.12"
-for n in 1 2 3; do get outside http://10.96.0.12/; done
+for _ in 1 2 3; do get outside http://10.96.0.12/; done
 echo "--- from a pod to its own Service (hairpin)"
-for n in 1 2 3; do get web-1 http://10.96.0.10/; done
+for _ in 1 2 3; do get web-1 http://10.96.0.10/; done
 echo
 echo "--- kube-proxy-ipvs --cleanup: ours goes, the foreign service stays"
 "$agent" --hostname-override node-a --cleanup

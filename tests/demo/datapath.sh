@@ -33,6 +33,6 @@ ip -br addr show kube-ipvs0
 echo "--- ipvsadm -ln"
 ipvsadm -ln
 echo "--- 4 requests from the client namespace to http://10.96.0.10/"
-for n in 1 2 3 4; do
+for _ in 1 2 3 4; do
     timeout 5 ip netns exec client wget -qO- http://10.96.0.10/
 done

@@ -6,13 +6,13 @@
 # control plane and an interleaved share of the scenarios. Exits non-zero when a scenario errs
 # or differs unlisted.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 bash tests/setup.sh
 tests/peers/build.sh >/dev/null || exit 1
 which=${PEERS_SCENARIOS:-all}
 jobs=${PEERS_JOBS:-2}
 if [[ "$which" == all ]]; then
-    mapfile -t ids < <(ls tests/peers/scenarios/*.yaml | xargs -n1 basename | sed 's/\.yaml$//')
+    mapfile -t ids < <(find tests/peers/scenarios -maxdepth 1 -name '*.yaml' -printf '%f\n' | sed 's/\.yaml$//' | sort)
 else
     jobs=1
 fi
@@ -37,7 +37,7 @@ done
 tail -q -f "${logs[@]}" --pid=$$ 2>/dev/null | grep --line-buffered -E '^peers: |^\| |^lab: ' &
 rc=0
 for ((j = 0; j < jobs; j++)); do
-    wait -n -p done_pid 2>/dev/null || rc=1
+    wait -n 2>/dev/null || rc=1
 done
 took=$(($(date +%s) - start))
 rows=() details=""

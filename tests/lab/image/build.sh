@@ -33,7 +33,7 @@ want="$work/modules.want"
 : >"$want"
 while read -r pat; do
     case "$pat" in ''|'#'*) continue ;; esac
-    (cd "$kmods" && compgen -G "kernel/$pat" || true) >>"$want"
+    (cd "$kmods" || exit 1; compgen -G "kernel/$pat" || true) >>"$want"
 done <"$here/modules.list"
 sort -u "$want" -o "$want"
 closure="$work/modules.closure"
