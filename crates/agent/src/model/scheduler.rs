@@ -193,7 +193,14 @@ mod tests {
             allowed_schedulers: ["ftp".to_string()].into(),
             ..ProxyConfig::default()
         };
-        for asked in ["ftp", "pe_sip", "RR", "rr\n-A KUBE-SERVICES", "", "ip_vs_rr"] {
+        for asked in [
+            "ftp",
+            "pe_sip",
+            "RR",
+            "rr\n-A KUBE-SERVICES",
+            "",
+            "ip_vs_rr",
+        ] {
             let (got, refusal) = resolve(&with_scheduler("web", Some(asked)), &config);
             assert_eq!(got, "wlc", "{asked:?}");
             let refusal = refusal.unwrap_or_else(|| panic!("{asked:?} not refused"));

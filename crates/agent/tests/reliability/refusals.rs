@@ -520,7 +520,11 @@ fn services_annotated_with_names_that_are_no_scheduler_get_the_nodes_and_load_no
     );
     node.write(
         "sip.yaml",
-        &annotated("sip", "10.96.0.22", "kube-router.io/service.scheduler: pe_sip"),
+        &annotated(
+            "sip",
+            "10.96.0.22",
+            "kube-router.io/service.scheduler: pe_sip",
+        ),
     );
     node.write(
         "hashed.yaml",
@@ -572,7 +576,10 @@ fn services_annotated_with_names_that_are_no_scheduler_get_the_nodes_and_load_no
         .into_iter()
         .filter(|m| Path::new(&format!("/sys/module/{m}")).exists())
         .collect();
-    assert!(loaded.is_empty(), "loaded for a refused annotation: {loaded:?}");
+    assert!(
+        loaded.is_empty(),
+        "loaded for a refused annotation: {loaded:?}"
+    );
     crate::node::cleanup();
     row.tried("kube-proxy-ipvs.io/scheduler: ftp and kube-router.io/service.scheduler: pe_sip, their modules unloaded, beside a Service annotated sh");
     row.lost(format!(

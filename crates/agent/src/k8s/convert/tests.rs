@@ -887,7 +887,9 @@ fn scheduler_annotations_pick_a_services_own_scheduler() {
         .unwrap();
     assert_eq!(kube_router.scheduler.as_deref(), Some("mh"));
     // Any value is carried for the model to judge: the Service is never rejected for it.
-    let typo = with("kube-proxy-ipvs.io/scheduler: ' R R '").unwrap().unwrap();
+    let typo = with("kube-proxy-ipvs.io/scheduler: ' R R '")
+        .unwrap()
+        .unwrap();
     assert_eq!(typo.scheduler.as_deref(), Some("R R"));
 }
 
