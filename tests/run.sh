@@ -15,7 +15,7 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-step "dependency checks (cargo deny: bans, licenses, sources; advisories when the RustSec database is reachable)"
+step "dependency checks (cargo deny: bans, licenses, sources, and advisories against the RustSec database setup.sh installed)"
 bash tests/deny.sh
 step "host tests"
 cargo test --workspace
