@@ -103,7 +103,7 @@ run() {
     local code=0
     "$binary" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || code=$?
     if [[ $code -ne 0 ]] || grep -qiE '^error:|unexpected argument|panicked' "$tmp/err"; then
-        failed+=("$what (exit $code): $(grep -v '^$' "$tmp/err" | tail -2 | tr '\n' ' ')")
+        failed+=("$what (exit $code): $(grep -v '^$' "$tmp/err" | tail -2 | tr '\n' ' ' || true)")
     fi
 }
 for i in "${!flags[@]}"; do
@@ -158,6 +158,26 @@ for bad in --log-flush-frequency=soon --v=x --vmodule=sync --logging-format=xml 
         failed+=("$bad: exit $code, not 2 with the flag named: $(tr '\n' ' ' <"$tmp/err")")
     fi
 done
+
+# The flags that do not change what is programmed leave the plan as it was: the example
+# Services (tests/demo/manifests) planned with kube-proxy's logging flags, the flags the agent
+# warns about and a gate set, against the same plan without them, byte for byte (with
+# --masquerade-all among them, this fails).
+demo=(--dry-run --manifests "$(dirname "$0")/demo/manifests" --hostname-override node-a)
+"$binary" "${demo[@]}" >"$tmp/plain" 2>/dev/null || failed+=("the example plan without flags: exit $?")
+grep -q '10.96.0.10' "$tmp/plain" || failed+=("the example plan has no 10.96.0.10: nothing to compare")
+same_plan=(--v=4 '--vmodule=proxier*=4,sync=2' --logging-format=json --log-flush-frequency=10s
+    --log-text-split-stream --log-text-info-buffer-size=64Ki --log-json-split-stream
+    --log-json-info-buffer-size=64Ki --profiling --config-sync-period=1m
+    --iptables-sync-period=10s --iptables-min-sync-period=2s --iptables-localhost-nodeports=false
+    --kube-api-content-type=application/json --show-hidden-metrics-for-version=1.36
+    '--feature-gates=KubeProxyIPVS=true,AllBeta=false')
+"$binary" "${demo[@]}" "${same_plan[@]}" >"$tmp/flagged" 2>"$tmp/err" ||
+    failed+=("the example plan with kube-proxy's logging and warned flags: exit $?: $(tail -2 "$tmp/err" | tr '\n' ' ')")
+if ! cmp -s "$tmp/plain" "$tmp/flagged"; then
+    changed=$(diff "$tmp/plain" "$tmp/flagged" | head -5 | tr '\n' ' ' || true)
+    failed+=("kube-proxy's logging and warned flags changed the plan: $changed")
+fi
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     printf '  %s\n' "${failed[@]}" >&2
