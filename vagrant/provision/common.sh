@@ -46,7 +46,8 @@ apt-get install -y -qq --no-install-recommends \
     ca-certificates curl gpg apt-transport-https iptables ipset ipvsadm conntrack nftables buildah >/dev/null
 
 # From the projects' releases, pinned and checked against their published checksums:
-# Kubernetes 1.36 supports containerd 2 only, which Debian bookworm does not package.
+# containerd 2, which Debian bookworm does not package: the default Kubernetes (v1.33, the
+# Vagrantfile's KPI_K8S_VERSION) runs on it, and 1.36 and later support containerd 2 only.
 fetch() { # url file: download, and check against url.sha256sum
     curl -fsSL -o "$2" "$1"
     curl -fsSL -o "$2.sha256sum" "$1.sha256sum"

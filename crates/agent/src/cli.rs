@@ -41,8 +41,9 @@ pub struct Args {
     /// The API server's address (overrides the kubeconfig's).
     #[arg(long)]
     pub master: Option<String>,
-    /// List from the API server in pages of this many objects, each page a consistent read
-    /// (0, the default: one unpaged list served from the API server's watch cache).
+    /// List the initial state from the API server in pages of this many objects, each page a
+    /// consistent read (0, the default: the API server streams the initial state as watch
+    /// events, or, when it cannot stream, one unpaged list served from its watch cache).
     #[arg(long, default_value_t = 0)]
     pub api_list_page_size: u32,
     /// Run one full sync, then exit (0 on success).
@@ -149,7 +150,8 @@ pub struct Args {
     /// The node's primary address override.
     #[arg(long)]
     pub bind_address: Option<String>,
-    /// Where `/healthz` and `/livez` are served (default 0.0.0.0:10256; empty disables).
+    /// Where `/healthz`, `/livez` and `/readyz` are served (default 0.0.0.0:10256; empty
+    /// disables).
     #[arg(long)]
     pub healthz_bind_address: Option<String>,
     /// Where `/metrics` is served (default 127.0.0.1:10249; empty disables).
