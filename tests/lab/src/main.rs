@@ -214,7 +214,11 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
                         "--reliability-table: no test wrote a row".into(),
                     ));
                 };
-                let doc = lab::report::document(&table, &image.kernel_release);
+                let run = lab::report::run_line(
+                    &lab::report::today(),
+                    lab::report::head_commit().as_deref(),
+                );
+                let doc = lab::report::document(&table, &image.kernel_release, &run);
                 std::fs::write(path, doc)
                     .map_err(|e| lab::Error::Setup(format!("{}: {e}", path.display())))?;
                 let problems = lab::report::problems(&table);

@@ -207,8 +207,60 @@ impl Collector {
     }
 }
 
-/// The `RELIABILITY.md` file for `table`: what it is and how it was made, then the table.
-pub fn document(table: &str, kernel: &str) -> String {
+/// The line that says when and from what the table was made: `Run: 2026-11-26, commit
+/// 1be7bd8.`, with a placeholder when the commit is not known (no git, not a checkout), so a
+/// reader never takes an old table for a new one.
+pub fn run_line(date: &str, commit: Option<&str>) -> String {
+    match commit {
+        Some(commit) => format!("Run: {date}, commit {commit}."),
+        None => format!("Run: {date}, commit unknown (`git rev-parse` failed where it ran)."),
+    }
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`, from the system clock.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date(secs / 86_400)
+}
+
+/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`), so the lab needs no date crate.
+fn civil_date(days: u64) -> String {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The checkout's commit (`git rev-parse --short HEAD`), marked when the tree has changes
+/// not committed; `None` when git cannot say.
+pub fn head_commit() -> Option<String> {
+    let git = |args: &[&str]| std::process::Command::new("git").args(args).output().ok();
+    let out = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success())?;
+    let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if commit.is_empty() {
+        return None;
+    }
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
+    Some(if dirty {
+        format!("{commit} with uncommitted changes")
+    } else {
+        commit
+    })
+}
+
+/// The `RELIABILITY.md` file for `table`: what it is and how it was made (`run`, from
+/// [`run_line`]), then the table.
+pub fn document(table: &str, kernel: &str, run: &str) -> String {
     format!(
         "# Reliability\n\n\
          What the reliability suite (`crates/agent/tests/reliability/` and two kernel tests of\n\
@@ -216,6 +268,7 @@ pub fn document(table: &str, kernel: &str) -> String {
          lost: one row per scenario, the last column the verdict (`pass`, or `FAILED` when the\n\
          test failed). Written by `lab test --reliability-table RELIABILITY.md` (README.md, \"The\n\
          reliability table\"); `tests/run.sh` checks that it has one row per scenario of the suite.\n\n\
+         {run}\n\n\
          {table}"
     )
 }
@@ -353,6 +406,22 @@ mod tests {
             "RELIABILITY.md does not match the reliability suite (rerun it: README.md, \"The reliability table\"):\n{}",
             problems.join("\n")
         );
+    }
+
+    #[test]
+    fn the_document_says_when_and_from_which_commit_it_was_run() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(20_418), "2025-11-26");
+        assert_eq!(civil_date(11_016), "2000-02-29");
+        let table = format!("{HEADER}\n");
+        let doc = document(&table, "6.1", &run_line("2026-11-26", Some("1be7bd8")));
+        assert!(
+            doc.contains("\n\nRun: 2026-11-26, commit 1be7bd8.\n\n| area |"),
+            "{doc}"
+        );
+        assert!(run_line("2026-11-26", None).contains("commit unknown"));
+        // The check of the committed file reads the rows only: the line changes nothing.
+        assert_eq!(rows(&doc), rows(&table));
     }
 
     #[test]
