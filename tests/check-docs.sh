@@ -22,7 +22,7 @@
 #            `_count` series count as the histogram).
 # Each problem is printed as FILE:LINE: what; the exit status is 1 when there is one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 binary=
 docs=()
@@ -38,6 +38,10 @@ if [[ -z $binary ]]; then
     echo "usage: tests/check-docs.sh --binary PATH [FILE.md...]" >&2
     exit 2
 fi
+# Paths given are the caller's; the checks run from the repository's root.
+binary=$(realpath "$binary")
+for i in "${!docs[@]}"; do docs[i]=$(realpath "${docs[i]}"); done
+cd "$repo"
 [[ ${#docs[@]} -gt 0 ]] || docs=(README.md deploy/README.md)
 
 work=$(mktemp -d)
