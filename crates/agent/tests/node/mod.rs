@@ -452,3 +452,30 @@ pub fn state_difference(got: &str, want: &str) -> String {
         repeated.iter().take(10).collect::<Vec<_>>()
     )
 }
+
+/// Whether `line` opens a klog line (`I1126 08:25:47.909783 ...`): a severity letter and the
+/// month and day; any other line of the agent's text log continues a multi-line value.
+pub fn is_log_header(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 5 && b"IWEF".contains(&b[0]) && b[1..5].iter().all(u8::is_ascii_digit)
+}
+
+/// The events of a klog text log, one string each, as the agent wrote them: a multi-line
+/// value's lines (`key=<` ... `>`) joined to their line, and Go's quoting of `"` and `\`
+/// undone, so that a message or a reason can be matched as the code spells it.
+pub fn log_events(log: &str) -> Vec<String> {
+    let mut events: Vec<String> = Vec::new();
+    for line in log.lines() {
+        match events.last_mut() {
+            Some(last) if !is_log_header(line) => {
+                last.push('\n');
+                last.push_str(line);
+            }
+            _ => events.push(line.to_string()),
+        }
+    }
+    events
+        .into_iter()
+        .map(|e| e.replace("\\\"", "\"").replace("\\\\", "\\"))
+        .collect()
+}

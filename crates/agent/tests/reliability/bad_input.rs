@@ -135,8 +135,10 @@ fn a_corpus_of_malformed_objects_is_rejected_by_name_and_disturbs_nothing() {
     let _ = agent.wait();
     let text = std::fs::read_to_string(&log_path).unwrap();
 
-    let rejections: Vec<&str> = text
-        .lines()
+    let events = crate::node::log_events(&text);
+    let rejections: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
         .filter(|l| l.contains("manifest rejected"))
         .collect();
     let missing: Vec<String> = expected

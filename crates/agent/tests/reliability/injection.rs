@@ -205,8 +205,8 @@ fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
-/// The rejections in a log, and the lines that do not start like a log line does (a
-/// timestamp): what a raw newline from a name would make.
+/// The rejections in a log, and the lines that do not start like a log line does (klog's
+/// severity and date): what a raw newline from a name would make.
 fn log_lines(log: &str) -> (usize, Vec<String>) {
     let rejected = log
         .lines()
@@ -214,7 +214,7 @@ fn log_lines(log: &str) -> (usize, Vec<String>) {
         .count();
     let stray = log
         .lines()
-        .filter(|l| !l.as_bytes().first().is_some_and(u8::is_ascii_digit))
+        .filter(|l| !is_log_header(l))
         .map(|l| l.chars().take(120).collect())
         .collect();
     (rejected, stray)
