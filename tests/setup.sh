@@ -41,7 +41,9 @@ fi
 # newer. "New" is the database's own last commit date (git), never a file's mtime: a copy
 # cargo-deny fetched later than the snapshot was taken stays.
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# Beside the repository, else in the workplace's shared folder (a clone made elsewhere).
 snapshot=${RUSTSEC_SNAPSHOT:-$(dirname "$repo")/shared/rustsec/advisory-db.tar.gz}
+[ -n "${RUSTSEC_SNAPSHOT:-}" ] || [ -f "$snapshot" ] || snapshot=/work/shared/rustsec/advisory-db.tar.gz
 db_root="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
 # The folder name cargo-deny derives from the default database URL (deny.toml sets no db-urls).
 db="$db_root/advisory-db-3157b0e258782691"
