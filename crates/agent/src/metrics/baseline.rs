@@ -150,23 +150,6 @@ fn split_labels(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Writes the baseline from the current renderer: run once, on the commit the file names.
-#[tokio::test]
-#[ignore = "writes testdata/baseline.txt; run by hand"]
-async fn write_baseline() {
-    let commit = std::env::var("BASELINE_COMMIT").expect("BASELINE_COMMIT");
-    let text = scrape_after_a_sync().await;
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/metrics/testdata/baseline.txt"
-    );
-    let header = format!(
-        "# The agent's /metrics after metrics::baseline::scrape_after_a_sync, rendered by the\n\
-         # hand-written exposition of commit {commit} (before prometheus-client).\n"
-    );
-    std::fs::write(path, header + &text).expect("write the baseline");
-}
-
 #[tokio::test]
 async fn the_exposition_keeps_every_family_series_label_and_bucket_of_the_baseline() {
     let before = normalize(BASELINE);
