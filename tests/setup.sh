@@ -15,6 +15,8 @@ packages=(
     shellcheck ruby
     # crates/ipset: libipset and bindgen's libclang
     libipset-dev pkg-config libclang-dev clang
+    # the lab cluster (tests/cluster): runc's static seccomp, the images' Debian root (mmdebstrap)
+    libseccomp-dev gcc libc6-dev mmdebstrap python3
 )
 missing=()
 for p in "${packages[@]}"; do

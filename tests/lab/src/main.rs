@@ -84,6 +84,13 @@ struct VmArgs {
     /// Kill the VM after this many seconds.
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
+    /// Put the NIC on this host tap device instead of QEMU's user network (pc only; the
+    /// lab cluster's nodes share a host bridge this way).
+    #[arg(long, requires = "mac")]
+    tap: Option<String>,
+    /// The MAC address of the NIC on `--tap`.
+    #[arg(long, requires = "tap")]
+    mac: Option<String>,
 }
 
 impl VmArgs {
@@ -93,6 +100,11 @@ impl VmArgs {
             memory_mib: self.memory,
             machine: self.machine,
             timeout: Duration::from_secs(self.timeout),
+            tap: self
+                .tap
+                .clone()
+                .zip(self.mac.clone())
+                .map(|(ifname, mac)| vm::Tap { ifname, mac }),
         }
     }
 }

@@ -42,6 +42,18 @@ pub struct Config {
     pub machine: Machine,
     /// Kill the VM after this long.
     pub timeout: Duration,
+    /// Put the NIC on this host tap device (made beforehand, e.g. on a bridge shared with
+    /// other VMs: the lab cluster's nodes) instead of QEMU's user network. Only on `pc`.
+    pub tap: Option<Tap>,
+}
+
+/// A NIC on a host tap device.
+#[derive(Debug, Clone)]
+pub struct Tap {
+    /// The host's tap interface.
+    pub ifname: String,
+    /// The guest NIC's MAC address (each VM on one bridge needs its own).
+    pub mac: String,
 }
 
 impl Default for Config {
@@ -51,6 +63,7 @@ impl Default for Config {
             memory_mib: 1024,
             machine: Machine::Microvm,
             timeout: Duration::from_secs(3600),
+            tap: None,
         }
     }
 }
@@ -120,13 +133,30 @@ pub fn run(
     // QEMU's user network on the pc machine: the guest's 10.0.2.2 is the host's loopback,
     // where the test control plane listens (lab::controlplane); nothing else is reachable.
     // Not on microvm: the kernel's virtio_mmio cannot find its devices there (see /init).
-    if config.machine == Machine::Pc {
-        cmd.args([
-            "-netdev",
-            "user,id=n0",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]);
+    match (&config.tap, config.machine) {
+        (Some(tap), Machine::Pc) => {
+            cmd.arg("-netdev")
+                .arg(format!(
+                    "tap,id=n0,ifname={},script=no,downscript=no",
+                    tap.ifname
+                ))
+                .arg("-device")
+                .arg(format!("virtio-net-pci,netdev=n0,mac={}", tap.mac));
+        }
+        (Some(_), Machine::Microvm) => {
+            return Err(Error::Setup(
+                "a tap NIC needs the pc machine (--machine pc)".into(),
+            ));
+        }
+        (None, Machine::Pc) => {
+            cmd.args([
+                "-netdev",
+                "user,id=n0",
+                "-device",
+                "virtio-net-pci,netdev=n0",
+            ]);
+        }
+        (None, Machine::Microvm) => {}
     }
     match config.machine {
         // On microvm acpi=off must be the machine option; as a kernel parameter it hangs.

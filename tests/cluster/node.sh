@@ -1,0 +1,135 @@
+#!/bin/bash
+# One node of the lab cluster, run as the lab VM's payload (`lab run --tap ...`): makes the
+# VM a Kubernetes node (cgroup2, the mounts kubelet and containerd need on an initramfs
+# root, the node's address on the shared bridge, routes to the other nodes' pods), starts
+# containerd 2.x with runc and the CNI bridge plugin, imports the locally built images, and
+# starts kubelet against the API server on the host. Then it stays up until the host ends
+# the VM, printing one line per state change (the serial console is slow: no logs here).
+#
+# The same steps make a node outside the lab (vagrant/provision uses the part that applies
+# to a real machine: containerd's and the CNI's configuration).
+#
+#   node.sh NAME IP POD_SUBNET BIN_DIR CONF_DIR [OTHER_POD_SUBNET=VIA ...]
+#
+#   NAME              the node's name (kubelet --hostname-override)
+#   IP                its address on the lab bridge (a /24 whose .1 is the host)
+#   POD_SUBNET        this node's pods, e.g. 10.244.1.0/24
+#   BIN_DIR           kubelet, containerd, containerd-shim-runc-v2, ctr, runc, CNI plugins
+#   CONF_DIR          kubelet.conf (kubeconfig), kubelet-config.yaml, ca.crt, images/*.tar
+#   SUBNET=VIA        a route to another node's pods
+set -euo pipefail
+name=$1 ip=$2 pod_subnet=$3 bin=$4 conf=$5
+shift 5
+gateway=${ip%.*}.1
+export PATH="$bin:$PATH"
+t0=$(cut -d' ' -f1 /proc/uptime)
+say() { echo "node $name: $* ($(cut -d' ' -f1 /proc/uptime)s)"; }
+
+# --- the system kubelet and containerd expect ----------------------------------------------
+mkdir -p /sys/fs/cgroup
+mount -t cgroup2 none /sys/fs/cgroup
+# Every controller for the children of the root (kubelet's kubepods tree).
+read -ra controllers </sys/fs/cgroup/cgroup.controllers
+for c in "${controllers[@]}"; do
+    echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control
+done
+# Pod volumes are mounted with propagation; the initramfs root must be shared.
+mount --make-rshared /
+# kubelet and containerd stat their filesystems: the initramfs root ("rootfs") cannot be.
+for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/log/pods /etc/cni/net.d; do
+    mkdir -p "$d"
+    mount -t tmpfs tmpfs "$d"
+done
+mkdir -p /etc/containerd /opt/cni /var/log
+od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >/etc/machine-id
+hostname "$name"
+printf '127.0.0.1 localhost\n%s %s\n' "$ip" "$name" >/etc/hosts
+# The host answers DNS on the bridge (CoreDNS, for the cluster and for pods with dnsPolicy Default).
+printf 'nameserver %s\n' "$gateway" >/etc/resolv.conf
+modprobe -a overlay br_netfilter veth bridge
+sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 \
+    net.bridge.bridge-nf-call-ip6tables=1 kernel.panic_on_oops=1 vm.overcommit_memory=1
+
+# --- the network: eth0 on the host's bridge ------------------------------------------------
+ip addr flush dev eth0
+ip addr add "$ip/24" dev eth0
+ip link set eth0 up
+ip route add default via "$gateway"
+for r in "$@"; do
+    ip route add "${r%=*}" via "${r#*=}"
+done
+
+# --- containerd ----------------------------------------------------------------------------
+cat >/etc/containerd/config.toml <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "registry.k8s.io/pause:3.10.2"
+[plugins.'io.containerd.cri.v1.runtime']
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$bin/runc"
+        SystemdCgroup = false
+        # pivot_root(2) fails on an initramfs root; a real node leaves this false.
+        NoPivotRoot = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$bin"]
+    conf_dir = "/etc/cni/net.d"
+EOF
+cat >/etc/cni/net.d/10-lab.conflist <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "lab",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$pod_subnet" }]],
+                "routes": [{ "dst": "0.0.0.0/0" }] }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } }
+  ]
+}
+EOF
+containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
+for _ in $(seq 120); do
+    [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
+    sleep 0.5
+done
+ctr version >/dev/null || { tail -20 /var/log/containerd.log; exit 1; }
+say "containerd up"
+shopt -s nullglob
+for image in "$conf"/images/*.tar; do
+    ctr -n k8s.io images import "$image" >/dev/null
+done
+say "images imported: $(ctr -n k8s.io images ls -q | grep -vc '^sha256:')"
+
+# --- kubelet -------------------------------------------------------------------------------
+kubelet --config="$conf/kubelet-config.yaml" --kubeconfig="$conf/kubelet.conf" \
+    --hostname-override="$name" --node-ip="$ip" --v=2 >/var/log/kubelet.log 2>&1 &
+kubelet_pid=$!
+say "kubelet started (script began at ${t0}s)"
+# The logs, for the host to read when something fails (http://IP:10080/kubelet.log).
+busybox httpd -p 10080 -h /var/log
+
+# --- stay up: report what changes, until the host ends the VM ------------------------------
+last=
+while kill -0 "$kubelet_pid" 2>/dev/null; do
+    now="containers=$(ctr -n k8s.io containers ls -q 2>/dev/null | wc -l)"
+    if [[ "$now" != "$last" ]]; then say "$now"; last=$now; fi
+    sleep 10
+done
+say "kubelet exited"
+tail -30 /var/log/kubelet.log
+exit 1

@@ -1,0 +1,257 @@
+#!/bin/bash
+# A real Kubernetes cluster in the lab, and Kubernetes' own e2e tests run against its service
+# proxy. The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+# CoreDNS) runs on the host at full speed; each node is a lab VM (tests/cluster/node.sh:
+# containerd 2.x, runc, the CNI bridge plugin, kubelet) on a host bridge that the API server
+# reaches (exec, logs and port-forward go through each kubelet's port 10250). Every program
+# is built from its pinned Go module (tests/cluster/build.sh, tests/peers/build.sh) and every
+# image locally (tests/cluster/images.sh): nothing is pulled.
+#
+# The service proxy is installed the way an operator installs it:
+#   --proxy agent       deploy/ applied with kubectl (rbac, configmap with its two
+#                       placeholders filled as deploy/README.md says, daemonset), the image
+#                       built by deploy/build-image.sh
+#   --proxy kube-proxy  upstream kube-proxy v1.37.2 in IPVS mode as kubeadm runs it
+#                       (tests/cluster/kube-proxy.yaml)
+#
+#   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--focus RE] [--skip RE]
+#                        [--out DIR] [--keep] [--swap]
+#
+#   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
+#   --out           where the junit report and logs go (default target/cluster/out/PROXY)
+#   --keep          leave the cluster up at the end (Enter tears it down)
+#   --swap          after the e2e run, the swap under traffic (tests/cluster/swap-traffic.sh)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+
+proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --proxy) proxy=$2; shift 2 ;;
+        --nodes) nodes=$2; shift 2 ;;
+        --focus) focus=$2; shift 2 ;;
+        --skip) skip=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --keep) keep=1; shift ;;
+        --swap) swap=1; shift ;;
+        --no-e2e) e2e=0; shift ;;
+        -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+        *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
+case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
+out=${out:-$root/target/cluster/out/$proxy}
+rm -rf "$out"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+start=$(date +%s)
+say() { echo "cluster: $* ($(($(date +%s) - start))s)" >&2; }
+
+# The lab bridge: the host is .1, node i is .1i; node i's pods are 10.244.i.0/24.
+bridge=labk8s0 net=192.168.123 api_ip=192.168.123.1
+pod_cidr=10.244.0.0/16 service_cidr=10.96.0.0/12 dns_ip=10.96.0.10
+node_names=()
+for i in $(seq "$nodes"); do node_names+=("node-$i"); done
+
+bins=$(bash "$here/build.sh" | tail -1)
+peers=$(bash tests/peers/build.sh | tail -1)
+images=${CLUSTER_IMAGES:-$(bash "$here/images.sh" | tail -1)}
+cargo build --quiet -p lab
+lab=$root/target/debug/lab
+cargo run --quiet -p lab -- image >/dev/null
+kubectl() { "$peers/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
+
+run=$root/target/cluster/run
+pids=() vms=()
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    local rc=$?
+    set +e
+    if [[ $keep == 1 ]]; then
+        echo "cluster: up; KUBECONFIG=$run/admin.kubeconfig; press Enter to tear it down" >&2
+        read -r _ || true
+    fi
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    for i in $(seq "$nodes"); do
+        ip route del "10.244.$i.0/24" 2>/dev/null
+        ip link del "labk8s-n$i" 2>/dev/null
+    done
+    ip link del "$bridge" 2>/dev/null
+    cp "$run"/*.log "$out/" 2>/dev/null
+    say "down (exit $rc)"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Leftovers of an interrupted run (their ports and devices would be taken).
+if pkill -f "$run/" 2>/dev/null; then
+    for _ in $(seq 30); do pgrep -f "$run/" >/dev/null || break; sleep 1; done
+    pkill -9 -f "$run/" 2>/dev/null || true
+    sleep 1
+fi
+ip link del "$bridge" 2>/dev/null || true
+for i in 1 2; do ip link del "labk8s-n$i" 2>/dev/null || true; done
+rm -rf "$run"
+mkdir -p "$run"
+
+# --- the network ---------------------------------------------------------------------------
+ip link add "$bridge" type bridge
+ip addr add "$api_ip/24" dev "$bridge"
+ip link set "$bridge" up
+for i in $(seq "$nodes"); do
+    ip tuntap add "labk8s-n$i" mode tap
+    ip link set "labk8s-n$i" master "$bridge" up
+done
+
+# --- the control plane on the host ---------------------------------------------------------
+bash "$here/pki.sh" "$run/pki" "$api_ip" "${node_names[@]}"
+cp "$run/pki/admin.kubeconfig" "$run/admin.kubeconfig"
+p=$run/pki
+"$peers/etcd" --data-dir "$run/etcd" --listen-client-urls http://127.0.0.1:12379 \
+    --listen-peer-urls http://127.0.0.1:12380 >"$run/etcd.log" 2>&1 &
+pids+=($!)
+"$peers/kube-apiserver" --etcd-servers=http://127.0.0.1:12379 \
+    --bind-address="$api_ip" --advertise-address="$api_ip" --secure-port=6443 \
+    --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+    --client-ca-file="$p/ca.crt" --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction \
+    --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$p/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+    --service-cluster-ip-range="$service_cidr" --service-node-port-range=30000-32767 \
+    --allow-privileged=true --profiling=false --cert-dir="$run/apiserver-certs" \
+    >"$run/kube-apiserver.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 120); do
+    kubectl get --raw /readyz >/dev/null 2>&1 && break
+    sleep 1
+done
+kubectl get --raw /readyz >/dev/null
+say "API server ready at https://$api_ip:6443"
+"$bins/kube-controller-manager" --kubeconfig="$p/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$p/controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$p/controller-manager.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
+    --use-service-account-credentials=true --service-account-private-key-file="$p/sa.key" \
+    --root-ca-file="$p/ca.crt" --cluster-signing-cert-file="$p/ca.crt" \
+    --cluster-signing-key-file="$p/ca.key" --service-cluster-ip-range="$service_cidr" \
+    --cluster-cidr="$pod_cidr" --allocate-node-cidrs=false \
+    >"$run/kube-controller-manager.log" 2>&1 &
+pids+=($!)
+"$bins/kube-scheduler" --kubeconfig="$p/scheduler.kubeconfig" \
+    --authentication-kubeconfig="$p/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$p/scheduler.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false \
+    >"$run/kube-scheduler.log" 2>&1 &
+pids+=($!)
+
+# CoreDNS on the host's bridge address, behind the kube-dns Service (selectorless: its
+# endpoint is the host), as the cluster's DNS and the nodes' resolver.
+kubectl apply -f "$here/coredns.yaml" >/dev/null
+sed "s|KUBECONFIG|$p/coredns.kubeconfig|; s|UPSTREAM|$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)|" \
+    "$here/Corefile" >"$run/Corefile"
+"$bins/bin/coredns" -conf "$run/Corefile" -dns.port 53 >"$run/coredns.log" 2>&1 &
+pids+=($!)
+kubectl -n kube-system apply -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-host
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: lab-cluster}
+addressType: IPv4
+endpoints: [{addresses: ["$api_ip"], conditions: {ready: true}}]
+ports:
+- {name: dns, port: 53, protocol: UDP}
+- {name: dns-tcp, port: 53, protocol: TCP}
+EOF
+
+# --- the nodes -----------------------------------------------------------------------------
+for i in $(seq "$nodes"); do
+    name=node-$i
+    c=$run/$name
+    mkdir -p "$c/images"
+    cp "$p/ca.crt" "$c/"
+    cp "$p/node-$name.kubeconfig" "$c/kubelet.conf"
+    sed "s|CA_FILE|$c/ca.crt|; s|DNS_IP|$dns_ip|" "$here/kubelet-config.yaml" >"$c/kubelet-config.yaml"
+    for t in "$images"/*.tar; do
+        [[ -e "$t" ]] && { ln "$t" "$c/images/" 2>/dev/null || cp "$t" "$c/images/"; }
+    done
+    routes=()
+    for j in $(seq "$nodes"); do
+        [[ $j == "$i" ]] || routes+=("10.244.$j.0/24=$net.1$j")
+    done
+    ip route add "10.244.$i.0/24" via "$net.1$i"
+    args=(run --machine pc --smp 2 --memory 3072 --timeout 14400
+        --tap "labk8s-n$i" --mac "52:54:00:12:3b:1$i" --file "$here/node.sh")
+    for f in "$c"/*.* "$c"/images/*.tar; do [[ -e "$f" ]] && args+=(--file "$f"); done
+    for b in kubelet containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
+        args+=(--exe "$bins/bin/$b")
+    done
+    "$lab" "${args[@]}" -- bash "$here/node.sh" "$name" "$net.1$i" "10.244.$i.0/24" \
+        "$bins/bin" "$c" "${routes[@]}" >"$run/$name.log" 2>&1 &
+    pids+=($!)
+    vms+=($!)
+done
+say "booting ${nodes} node VM(s)"
+for _ in $(seq 900); do
+    ready=$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)
+    [[ $ready == "$nodes" ]] && break
+    for v in "${vms[@]}"; do
+        kill -0 "$v" 2>/dev/null || { say "a node VM stopped"; tail -n 20 "$run"/node-*.log >&2; exit 1; }
+    done
+    sleep 2
+done
+if [[ $ready != "$nodes" ]]; then
+    say "only $ready of $nodes nodes became Ready"; tail -n 20 "$run"/node-*.log >&2; exit 1
+fi
+say "$nodes node(s) Ready"
+
+# --- the service proxy, as an operator installs it ---------------------------------------
+case $proxy in
+    agent)
+        kubectl apply -f deploy/rbac.yaml >/dev/null
+        sed "s|CLUSTER_CIDR_PLACEHOLDER|$pod_cidr|; s|APISERVER_PLACEHOLDER|https://$api_ip:6443|" \
+            deploy/configmap.yaml | kubectl apply -f - >/dev/null
+        kubectl apply -f deploy/daemonset.yaml >/dev/null
+        ds=kube-proxy-ipvs
+        ;;
+    kube-proxy)
+        sed "s|CLUSTER_CIDR|$pod_cidr|; s|APISERVER|https://$api_ip:6443|" "$here/kube-proxy.yaml" |
+            kubectl apply -f - >/dev/null
+        ds=kube-proxy
+        ;;
+esac
+if ! kubectl -n kube-system rollout status "daemonset/$ds" --timeout=600s >&2; then
+    kubectl -n kube-system get pods -o wide >&2
+    kubectl -n kube-system describe pods >&2 || true
+    exit 1
+fi
+say "$proxy Ready on every node"
+kubectl -n kube-system get pods -o wide >"$out/kube-system-pods.txt"
+
+# --- Kubernetes' own tests -----------------------------------------------------------------
+rc=0
+if [[ $e2e == 1 ]]; then
+    if [[ -z "$focus" ]]; then focus=$(grep -v '^#' "$here/focus.txt" | paste -sd'|'); fi
+    if [[ -z "$skip" ]]; then skip=$(grep -v '^#' "$here/skip.txt" | sed 's/ *#.*//' | grep . | paste -sd'|'); fi
+    say "e2e: focus $focus"
+    "$bins/e2e.test" --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
+        --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$out" \
+        --ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color \
+        --ginkgo.timeout=3h --disable-log-dump --minStartupPods=0 \
+        --e2e-verify-service-account=false >"$out/e2e.log" 2>&1 || rc=$?
+    grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$out/e2e.log" | tail -n 40 >&2 || true
+    say "e2e exit $rc"
+fi
+if [[ $swap == 1 ]]; then
+    bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" || rc=$?
+fi
+exit "$rc"
