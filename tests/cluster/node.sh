@@ -15,7 +15,8 @@
 #   IP                its address on the lab bridge (a /24 whose .1 is the host)
 #   POD_SUBNET        this node's pods, e.g. 10.244.1.0/24
 #   BIN_DIR           kubelet, containerd, containerd-shim-runc-v2, ctr, runc, CNI plugins
-#   CONF_DIR          kubelet.conf (kubeconfig), kubelet-config.yaml, ca.crt, images/*.tar
+#   CONF_DIR          kubelet.conf (kubeconfig), kubelet-config.yaml, ca.crt, and
+#                     node-store.tar (containerd's store, filled on the host) or images/*.tar
 #   SUBNET=VIA        a route to another node's pods
 set -euo pipefail
 name=$1 ip=$2 pod_subnet=$3 bin=$4 conf=$5
@@ -102,6 +103,11 @@ cat >/etc/cni/net.d/10-lab.conflist <<EOF
   ]
 }
 EOF
+# The image store made on the host (tests/cluster/node-store.sh), else each image tarball.
+if [[ -f "$conf/node-store.tar" ]]; then
+    tar -C /var/lib/containerd --numeric-owner --xattrs --xattrs-include='trusted.*' -xpf "$conf/node-store.tar"
+    say "image store unpacked"
+fi
 containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
 for _ in $(seq 120); do
     [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
@@ -113,7 +119,7 @@ shopt -s nullglob
 for image in "$conf"/images/*.tar; do
     ctr -n k8s.io images import "$image" >/dev/null
 done
-say "images imported: $(ctr -n k8s.io images ls -q | grep -vc '^sha256:')"
+say "images: $(ctr -n k8s.io images ls -q | grep -vc '^sha256:')"
 
 # --- kubelet -------------------------------------------------------------------------------
 kubelet --config="$conf/kubelet-config.yaml" --kubeconfig="$conf/kubelet.conf" \

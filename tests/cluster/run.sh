@@ -20,7 +20,10 @@
 #   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY)
 #   --keep          leave the cluster up at the end (Enter tears it down)
-#   --swap          after the e2e run, the swap under traffic (tests/cluster/swap-traffic.sh)
+#   --swap          after the e2e run, the swap under traffic (tests/cluster/swap-traffic.sh;
+#                   with --proxy kube-proxy): to the agent, the Conformance Services tests,
+#                   and back
+#   --no-e2e        bring the cluster up and the proxy, and run no e2e tests
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -43,6 +46,9 @@ while [[ $# -gt 0 ]]; do
 done
 case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
 case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
+if [[ $swap == 1 && $proxy != kube-proxy ]]; then
+    echo "cluster: --swap starts from kube-proxy: add --proxy kube-proxy" >&2; exit 2
+fi
 out=${out:-$root/target/cluster/out/$proxy}
 rm -rf "$out"
 mkdir -p "$out"
@@ -59,6 +65,7 @@ for i in $(seq "$nodes"); do node_names+=("node-$i"); done
 bins=$(bash "$here/build.sh" | tail -1)
 peers=$(bash tests/peers/build.sh | tail -1)
 images=${CLUSTER_IMAGES:-$(bash "$here/images.sh" | tail -1)}
+store=$(bash "$here/node-store.sh" "$images" "$bins/bin" | tail -1)
 cargo build --quiet -p lab
 lab=$root/target/debug/lab
 cargo run --quiet -p lab -- image >/dev/null
@@ -177,13 +184,11 @@ EOF
 for i in $(seq "$nodes"); do
     name=node-$i
     c=$run/$name
-    mkdir -p "$c/images"
+    mkdir -p "$c"
     cp "$p/ca.crt" "$c/"
     cp "$p/node-$name.kubeconfig" "$c/kubelet.conf"
     sed "s|CA_FILE|$c/ca.crt|; s|DNS_IP|$dns_ip|" "$here/kubelet-config.yaml" >"$c/kubelet-config.yaml"
-    for t in "$images"/*.tar; do
-        [[ -e "$t" ]] && { ln "$t" "$c/images/" 2>/dev/null || cp "$t" "$c/images/"; }
-    done
+    ln "$store" "$c/node-store.tar" 2>/dev/null || cp "$store" "$c/node-store.tar"
     routes=()
     for j in $(seq "$nodes"); do
         [[ $j == "$i" ]] || routes+=("10.244.$j.0/24=$net.1$j")
@@ -191,7 +196,7 @@ for i in $(seq "$nodes"); do
     ip route add "10.244.$i.0/24" via "$net.1$i"
     args=(run --machine pc --smp 2 --memory 3072 --timeout 14400
         --tap "labk8s-n$i" --mac "52:54:00:12:3b:1$i" --file "$here/node.sh")
-    for f in "$c"/*.* "$c"/images/*.tar; do [[ -e "$f" ]] && args+=(--file "$f"); done
+    for f in "$c"/*; do args+=(--file "$f"); done
     for b in kubelet containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
         args+=(--exe "$bins/bin/$b")
     done
@@ -238,20 +243,34 @@ say "$proxy Ready on every node"
 kubectl -n kube-system get pods -o wide >"$out/kube-system-pods.txt"
 
 # --- Kubernetes' own tests -----------------------------------------------------------------
+# e2e FOCUS SKIP DIR: e2e.test against the cluster, its junit report and log into DIR.
+e2e() {
+    local rc=0
+    mkdir -p "$3"
+    say "e2e: focus $1"
+    "$bins/e2e.test" --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
+        --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$3" \
+        --ginkgo.focus="$1" --ginkgo.skip="$2" --ginkgo.no-color \
+        --ginkgo.timeout=3h --disable-log-dump --minStartupPods=0 \
+        --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 || rc=$?
+    grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$3/e2e.log" | tail -n 40 >&2 || true
+    say "e2e exit $rc"
+    return "$rc"
+}
+if [[ -z "$focus" ]]; then focus=$(grep -v '^#' "$here/focus.txt" | paste -sd'|'); fi
+if [[ -z "$skip" ]]; then skip=$(grep -v '^#' "$here/skip.txt" | sed 's/ *#.*//' | grep . | paste -sd'|'); fi
 rc=0
 if [[ $e2e == 1 ]]; then
-    if [[ -z "$focus" ]]; then focus=$(grep -v '^#' "$here/focus.txt" | paste -sd'|'); fi
-    if [[ -z "$skip" ]]; then skip=$(grep -v '^#' "$here/skip.txt" | sed 's/ *#.*//' | grep . | paste -sd'|'); fi
-    say "e2e: focus $focus"
-    "$bins/e2e.test" --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
-        --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$out" \
-        --ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color \
-        --ginkgo.timeout=3h --disable-log-dump --minStartupPods=0 \
-        --e2e-verify-service-account=false >"$out/e2e.log" 2>&1 || rc=$?
-    grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$out/e2e.log" | tail -n 40 >&2 || true
-    say "e2e exit $rc"
+    e2e "$focus" "$skip" "$out" || rc=$?
 fi
 if [[ $swap == 1 ]]; then
-    bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" || rc=$?
+    # Between the two swaps the agent serves the cluster kube-proxy set up: the Conformance
+    # Services tests judge it there too.
+    cargo build --quiet -p kube-proxy-ipvs-agent
+    export -f e2e say
+    export bins run peers nodes start
+    bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" \
+        "$root/target/debug/kube-proxy-ipvs" -- \
+        bash -c 'e2e "\[sig-network\] Services.*\[Conformance\]" "$1" "$2"' _ "$skip" "$out/swapped" || rc=$?
 fi
 exit "$rc"

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The swap's figures from the clients' logs (tests/cluster/swap-traffic.sh): per phase and
+client, the requests sent, those that failed, and the longest time without an answer (between
+two answered requests, or from the phase's start to the first or from the last to its end).
+
+    swap_report.py OUT_DIR "PHASE=RFC3339" ... (the marks, in order; the last ends the run)
+
+Reads OUT_DIR/via-*.log (`kubectl logs --timestamps`: "TIME ok|fail"). Prints markdown;
+exits 1 when a request failed.
+"""
+
+import datetime
+import glob
+import os
+import sys
+
+
+def parse_time(text):
+    # RFC 3339 with up to nanoseconds: keep microseconds for datetime.
+    date, _, frac = text.rstrip("Z").partition(".")
+    micro = (frac + "000000")[:6]
+    return datetime.datetime.fromisoformat(f"{date}.{micro}+00:00")
+
+
+def main():
+    out, marks = sys.argv[1], [m.split("=", 1) for m in sys.argv[2:]]
+    marks = [(name, parse_time(t)) for name, t in marks]
+    phases = [(marks[i][0], marks[i][1], marks[i + 1][1]) for i in range(len(marks) - 1)]
+    lines = ["| phase | client | requests | failed | longest without an answer |",
+             "|---|---|---|---|---|"]
+    failed_any = False
+    for path in sorted(glob.glob(os.path.join(out, "via-*.log"))):
+        client = os.path.basename(path).removesuffix(".log")
+        events = []
+        with open(path) as f:
+            for raw in f:
+                parts = raw.split()
+                if len(parts) == 2 and parts[1] in ("ok", "fail"):
+                    events.append((parse_time(parts[0]), parts[1] == "ok"))
+        for name, start, end in phases:
+            inside = [e for e in events if start <= e[0] < end]
+            oks = [start] + [t for t, ok in inside if ok] + [end]
+            gap = max(b - a for a, b in zip(oks, oks[1:]))
+            failed = sum(1 for _, ok in inside if not ok)
+            failed_any |= failed > 0 or not inside
+            lines.append(f"| {name} | {client} | {len(inside)} | {failed} | "
+                         f"{gap.total_seconds():.2f} s |")
+    print("\n".join(lines))
+    return 1 if failed_any else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
