@@ -1,40 +1,117 @@
 #!/bin/sh
 # Builds the kube-proxy-ipvs image from the repository's sources, with podman, buildah or
-# docker (the first found; BUILDER=docker to choose): deploy/Containerfile compiles the agent
+# docker (the first that works; BUILDER=docker to choose): deploy/Containerfile compiles the agent
 # in a builder stage, so this machine needs no Rust toolchain. The build context is the
 # repository, less what .dockerignore leaves out.
 #
+# Without any of them (or BUILDER=rootfs), the same image is made another way, on a Debian
+# bookworm machine with Rust and libipset-dev: the agent from `cargo build --release --locked`
+# here (bookworm's glibc, as the Containerfile's builder stage), the Containerfile's runtime
+# packages installed by mmdebstrap (deploy/debian-rootfs.sh: minbase, cached under
+# target/image-cache, one layer) and the binary and the init script as a second layer,
+# checked with `kube-proxy-ipvs --version` chrooted in the result, and written as a
+# docker-archive by deploy/oci-archive.py (--save FILE, else target/kube-proxy-ipvs-image.tar).
+#
 #   deploy/build-image.sh [--tag TAG] [--save FILE] [-- extra build args]
+#   deploy/build-image.sh --packages      the runtime packages (the Containerfile's, and
+#                                         EXTRA_PACKAGES), one line
 #
 #   --tag     the image name (default: localhost/kube-proxy-ipvs:dev, as deploy/ uses)
 #   --save    also write a docker-archive tarball, for `ctr -n k8s.io images import FILE`
 #             on nodes without a registry (the vagrant cluster does this)
+#   EXTRA_PACKAGES="ipset ipvsadm"   (or `-- --build-arg EXTRA_PACKAGES="ipset ipvsadm"`)
+#             more Debian packages in the image; with rootfs, other build args are ignored
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 tag=localhost/kube-proxy-ipvs:dev
 save=
+packages_only=0
 
 while [ $# -gt 0 ]; do
     case $1 in
         --tag) tag=$2; shift 2 ;;
         --save) save=$2; shift 2 ;;
+        --packages) packages_only=1; shift ;;
         --) shift; break ;;
-        -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
+# The runtime stage's packages, read from the Containerfile (its one line with
+# ${EXTRA_PACKAGES}), so that the two ways install the same.
+runtime_packages() {
+    # shellcheck disable=SC2016 # a literal ${EXTRA_PACKAGES}
+    pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \(.*\)\${EXTRA_PACKAGES}.*/\1/p' \
+        "$here/Containerfile")
+    if [ -z "$pkgs" ]; then
+        echo "cannot find the runtime packages in $here/Containerfile" >&2
+        exit 1
+    fi
+    extra=${EXTRA_PACKAGES:-}
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --build-arg) [ $# -ge 2 ] || break; a=$2; shift 2 ;;
+            --build-arg=*) a=${1#--build-arg=}; shift ;;
+            *) echo "rootfs: ignoring build argument $1" >&2; shift; continue ;;
+        esac
+        case $a in
+            EXTRA_PACKAGES=*) extra=${a#EXTRA_PACKAGES=} ;;
+            *) echo "rootfs: ignoring build argument $a" >&2 ;;
+        esac
+    done
+    # shellcheck disable=SC2086 # lists of words
+    echo $pkgs $extra
+}
+
+if [ "$packages_only" = 1 ]; then
+    runtime_packages "$@"
+    exit 0
+fi
+
 builder=${BUILDER:-}
 if [ -z "$builder" ]; then
     for b in podman buildah docker; do
-        if command -v "$b" >/dev/null 2>&1; then builder=$b; break; fi
+        # `info`: a docker client without a daemon to talk to is no builder.
+        if command -v "$b" >/dev/null 2>&1 && "$b" info >/dev/null 2>&1; then builder=$b; break; fi
     done
 fi
 if [ -z "$builder" ]; then
-    echo "no image builder: install podman, buildah or docker" >&2
-    exit 1
+    echo "no image builder (podman, buildah or docker): building the image's root file system" >&2
+    builder=rootfs
+fi
+
+if [ "$builder" = rootfs ]; then
+    packages=$(runtime_packages "$@")
+    save=${save:-$repo/target/kube-proxy-ipvs-image.tar}
+    if ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+        echo "warning: not a Debian bookworm host: the binary may need a newer glibc than the image's" >&2
+    fi
+    echo "building $tag from $repo: cargo, then Debian bookworm minbase + $packages" >&2
+    (cd "$repo" && cargo build --release --locked -p kube-proxy-ipvs-agent)
+    # shellcheck disable=SC2086 # a list of words
+    layers=$("$here/debian-rootfs.sh" $packages)
+    rootfs=$(echo "$layers" | sed -n 's/^rootfs //p')
+    agent=$repo/target/image-cache/agent-layer
+    rm -rf "$agent"
+    mkdir -p "$agent/usr/local/bin"
+    install -m 0755 "$repo/target/release/kube-proxy-ipvs" "$agent/usr/local/bin/kube-proxy-ipvs"
+    install -m 0755 "$here/init-sysctls.sh" "$agent/usr/local/bin/kube-proxy-ipvs-sysctls"
+    # Fail the build, not the node, if a library is missing (the Containerfile's last step).
+    "$here/debian-rootfs.sh" --run "$rootfs" "$agent" -- /usr/local/bin/kube-proxy-ipvs --version
+    mkdir -p "$(dirname "$save")"
+    ifs=$IFS
+    IFS='
+'
+    # shellcheck disable=SC2046 # one path a line
+    set -- $(echo "$layers" | sed -n 's/^layer //p') "$agent"
+    IFS=$ifs
+    python3 "$here/oci-archive.py" image --tag "$tag" --gzip -o "$save" \
+        --entrypoint '["/usr/local/bin/kube-proxy-ipvs"]' "$@"
+    echo "saved $tag to $save"
+    exit 0
 fi
 
 echo "building $tag with $builder from $repo"

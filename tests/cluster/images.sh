@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Every container image the lab cluster runs (tests/cluster/run.sh), built here as
+# docker-archive tarballs that `ctr -n k8s.io images import FILE` loads on a node: no
+# registry is reachable from the lab, and nothing is pulled. Built without an image builder:
+# Debian bookworm root file systems from mmdebstrap (deploy/debian-rootfs.sh), the binaries
+# that tests/cluster/build.sh and tests/peers/build.sh built, and deploy/oci-archive.py to
+# write the archives (gzip-compressed layers, names as the manifests and e2e tests use them):
+#
+#   pause.tar            registry.k8s.io/pause:3.10.2, /pause from tests/cluster/pause.c
+#                        (gcc -static), the sandbox image node.sh pins
+#   busybox.tar          registry.k8s.io/e2e-test-images/busybox:1.37.0-2: Debian's
+#                        busybox-static and its applets in /bin, cmd ["sh"]
+#   agnhost.tar          registry.k8s.io/e2e-test-images/agnhost:2.66.1: /agnhost (and
+#                        /agnhost-2, as upstream's), entrypoint ["/agnhost"], cmd ["pause"],
+#                        with what e2e tests exec in it (upstream's is Alpine with curl,
+#                        bind-tools, netcat-openbsd, iproute2, busybox): curl, netcat-openbsd,
+#                        iproute2, dnsutils, iputils-ping, and busybox-static's applets where
+#                        Debian has no program of that name (wget, ...)
+#   kube-proxy.tar       registry.k8s.io/kube-proxy:v1.37.2: upstream kube-proxy at
+#                        /usr/local/bin/kube-proxy with what its IPVS mode execs: iptables
+#                        (legacy and nft), ipset, conntrack, kmod (upstream's base,
+#                        distroless-iptables, cannot be pulled)
+#   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
+#                        (BUILDER=rootfs unless BUILDER says otherwise)
+#
+# The agent's, kube-proxy's and agnhost's Debian trees share their lowest layer (minbase and
+# the agent's runtime packages), all on one Debian snapshot per run. Cached: the Debian trees
+# under target/image-cache/debian (deploy/debian-rootfs.sh), and each tarball is rebuilt
+# only when the hash of its inputs (binaries, sources, these scripts, the Debian layers)
+# changed; a run with nothing changed takes seconds (cargo's check of the agent included).
+#
+#   tests/cluster/images.sh      prints the images' directory (target/cluster/images) last
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+deploy=$root/deploy
+out=$root/target/cluster/images
+work=$root/target/image-cache/cluster
+agnhost_bin=$root/target/cluster/agnhost
+kube_proxy_bin=$root/target/peers/kube-proxy
+mkdir -p "$out" "$work"
+log() { echo "images: $*" >&2; }
+case ${1:-} in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; esac
+
+[[ -x $agnhost_bin ]] || { log "missing $agnhost_bin (tests/cluster/build.sh)"; exit 1; }
+[[ -x $kube_proxy_bin ]] || { log "missing $kube_proxy_bin (tests/peers/build.sh)"; exit 1; }
+
+# One Debian snapshot for every image of this run.
+DEBIAN_SNAPSHOT=${DEBIAN_SNAPSHOT:-$("$deploy/debian-rootfs.sh" --snapshot)}
+export DEBIAN_SNAPSHOT
+export BUILDER=${BUILDER:-rootfs}
+read -r -a agent_pkgs <<<"$("$deploy/build-image.sh" --packages)"
+
+# The key of some inputs: files by their content, anything else as the string it is.
+inputs_key() {
+    local a
+    for a in "$0" "$deploy/oci-archive.py" "$deploy/debian-rootfs.sh" "$@"; do
+        if [[ -f $a ]]; then sha256sum <"$a"; else printf '%s\n' "$a"; fi
+    done | sha256sum | cut -d' ' -f1
+}
+fresh() { # NAME KEY: is $out/NAME.tar built from these inputs?
+    [[ -f $out/$1.tar && -f $work/$1.key && $(cat "$work/$1.key") == "$2" ]]
+}
+built() { # NAME KEY START
+    echo "$2" >"$work/$1.key"
+    log "$1: built in $((SECONDS - $3))s, $(du -h "$out/$1.tar" | cut -f1)"
+}
+# A Debian tree's layers (lowest first) into the array layers, its unpacked tree into rootfs.
+debian() {
+    local lines
+    lines=$("$deploy/debian-rootfs.sh" "$@")
+    mapfile -t layers < <(sed -n 's/^layer //p' <<<"$lines")
+    rootfs=$(sed -n 's/^rootfs //p' <<<"$lines")
+}
+image() { # NAME ARGS... (oci-archive.py image's)
+    local name=$1
+    shift
+    python3 "$deploy/oci-archive.py" image --gzip -o "$out/$name.tar" "$@"
+}
+
+# --- pause ---------------------------------------------------------------------------------
+t=$SECONDS
+key=$(inputs_key "$here/pause.c" "$(gcc --version | head -n 1)")
+if ! fresh pause "$key"; then
+    d=$work/pause
+    rm -rf "$d"
+    mkdir -p "$d"
+    gcc -static -Os -s -Wall -Wextra -Werror -o "$d/pause" "$here/pause.c"
+    "$d/pause" -v >&2
+    image pause --tag registry.k8s.io/pause:3.10.2 --entrypoint '["/pause"]' "$d"
+    built pause "$key" "$t"
+fi
+
+# --- agnhost (and busybox, from the same Debian tree) ------------------------------------
+t=$SECONDS
+debian --lower "${agent_pkgs[*]}" busybox-static curl netcat-openbsd iproute2 dnsutils iputils-ping ca-certificates
+agn_layers=("${layers[@]}") agn_rootfs=$rootfs
+key=$(inputs_key "$agnhost_bin" "${agn_layers[@]}")
+if ! fresh agnhost "$key"; then
+    d=$work/agnhost
+    rm -rf "$d"
+    mkdir -p "$d/usr/bin"
+    install -m 0755 "$agnhost_bin" "$d/agnhost"
+    ln "$d/agnhost" "$d/agnhost-2"
+    # busybox's applets that Debian's packages left unprovided (/bin is /usr/bin: merged-usr).
+    added=()
+    for a in $("$agn_rootfs/usr/bin/busybox" --list); do
+        [[ $a == busybox ]] && continue
+        if [[ ! -e $agn_rootfs/usr/bin/$a && ! -L $agn_rootfs/usr/bin/$a &&
+            ! -e $agn_rootfs/usr/sbin/$a && ! -L $agn_rootfs/usr/sbin/$a ]]; then
+            ln -s busybox "$d/usr/bin/$a"
+            added+=("$a")
+        fi
+    done
+    log "agnhost: ${#added[@]} busybox applets added: ${added[*]}"
+    # What e2e tests run in agnhost pods, found in the image (fails the build, not a test).
+    # shellcheck disable=SC2016 # for the image's shell
+    "$deploy/debian-rootfs.sh" --run "$agn_rootfs" "$d" -- /bin/sh -c '
+        for t in sh curl nc wget cat echo sleep ip hostname timeout dig nslookup ping ps \
+                 grep sed awk head tail tr sort wc env id date ls mkdir rm kill; do
+            command -v "$t" >/dev/null || { echo "agnhost image: no $t" >&2; exit 1; }
+        done
+        /agnhost --help >/dev/null && curl --version >/dev/null && dig -v 2>/dev/null && ip -V'
+    image agnhost --tag registry.k8s.io/e2e-test-images/agnhost:2.66.1 \
+        --entrypoint '["/agnhost"]' --cmd '["pause"]' "${agn_layers[@]}" "$d"
+    built agnhost "$key" "$t"
+fi
+
+# --- busybox ---------------------------------------------------------------------------------
+t=$SECONDS
+key=$(inputs_key "$agn_rootfs/usr/bin/busybox")
+if ! fresh busybox "$key"; then
+    d=$work/busybox
+    rm -rf "$d"
+    mkdir -p "$d/bin" "$d/etc" "$d/root" "$d/home" "$d/tmp" "$d/var/tmp"
+    chmod 1777 "$d/tmp" "$d/var/tmp"
+    chmod 0700 "$d/root"
+    install -m 0755 "$agn_rootfs/usr/bin/busybox" "$d/bin/busybox"
+    for a in $("$d/bin/busybox" --list); do
+        [[ $a == busybox ]] || ln -s busybox "$d/bin/$a"
+    done
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/home:/bin/false' >"$d/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$d/etc/group"
+    "$d/bin/busybox" sh -c 'echo ok' >/dev/null
+    image busybox --tag registry.k8s.io/e2e-test-images/busybox:1.37.0-2 --cmd '["sh"]' "$d"
+    built busybox "$key" "$t"
+fi
+
+# --- kube-proxy ------------------------------------------------------------------------------
+t=$SECONDS
+debian --lower "${agent_pkgs[*]}" ipset conntrack
+key=$(inputs_key "$kube_proxy_bin" "${layers[@]}")
+if ! fresh kube-proxy "$key"; then
+    d=$work/kube-proxy
+    rm -rf "$d"
+    mkdir -p "$d/usr/local/bin"
+    install -m 0755 "$kube_proxy_bin" "$d/usr/local/bin/kube-proxy"
+    "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
+        /usr/local/bin/kube-proxy --version && iptables-legacy --version && iptables-nft --version &&
+        ip6tables-legacy --version && ipset --version && conntrack --version && modprobe --version' >&2
+    image kube-proxy --tag registry.k8s.io/kube-proxy:v1.37.2 "${layers[@]}" "$d"
+    built kube-proxy "$key" "$t"
+fi
+
+# --- the agent -------------------------------------------------------------------------------
+t=$SECONDS
+(cd "$root" && cargo build --release --locked -p kube-proxy-ipvs-agent)
+debian "${agent_pkgs[@]}"
+key=$(inputs_key "$root/target/release/kube-proxy-ipvs" "$deploy/init-sysctls.sh" \
+    "$deploy/Containerfile" "$deploy/build-image.sh" "$BUILDER" "${layers[@]}")
+if ! fresh kube-proxy-ipvs "$key"; then
+    "$deploy/build-image.sh" --save "$out/kube-proxy-ipvs.tar" >&2
+    built kube-proxy-ipvs "$key" "$t"
+fi
+
+for f in "$out"/*.tar; do
+    log "$(du -h "$f" | cut -f1)	$(basename "$f")"
+done
+echo "$out"
