@@ -39,7 +39,9 @@ trap stop EXIT
 ctr() { "$bin/ctr" -a "$work/state/containerd.sock" -n k8s.io "$@"; }
 for _ in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.1; done
 for image in "$images"/*.tar; do
-    ctr images import --snapshotter overlayfs "$image" >/dev/null
+    # (ctr warns that this host's cgroup v1 is deprecated: not the nodes' concern)
+    ctr images import --snapshotter overlayfs "$image" >/dev/null 2>import.log ||
+        { cat import.log >&2; exit 1; }
 done
 names=$(ctr images ls -q | grep -vc '^sha256:')
 kill "$pid"

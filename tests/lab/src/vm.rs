@@ -6,6 +6,7 @@
 //! payload's exit code behind [`EXIT_MARKER`] and reboots, which ends QEMU (`-no-reboot`).
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -178,6 +179,18 @@ pub fn run(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
+    // The VM ends with this process, however it ends (a harness that kills `lab run` must
+    // not leave an emulated machine spinning on the host's cores).
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
 
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|e| Error::spawn(&cmd, e))?;
