@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks format, lints, builds the docs, runs the
 # host tests, builds the upstream peers, then the kernel tests inside the lab VM (with a real
-# control plane on the host and the differential corpus's ci scenarios). Prints the lab's boot time and the total.
+# control plane on the host and the differential corpus's ci scenarios), then Kubernetes'
+# Conformance Services tests on a real cluster in the lab. Prints the lab's boot time and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -37,5 +38,9 @@ step "kernel tests in the lab (with the real control plane; the differential cor
 # The reliability table of this run goes to target/RELIABILITY.md (copy it over RELIABILITY.md
 # after a green run to commit it).
 cargo run --quiet -p lab -- test --release --memory 2048 --reliability-table target/RELIABILITY.md
+step "the lab cluster: a real kubelet runs the agent's image from deploy/, Kubernetes' Conformance Services tests judge it (tests/cluster, one node)"
+# Builds kubelet, containerd, e2e.test ... from their Go modules and the images locally
+# (cached); the whole comparison with kube-proxy on two nodes is tests/cluster/e2e.sh.
+bash tests/cluster/run.sh --proxy agent --nodes 1 --focus '\[sig-network\] Services.*\[Conformance\]'
 step "done"
 echo "total: $(($(date +%s) - start))s"

@@ -6,8 +6,8 @@
 # starts kubelet against the API server on the host. Then it stays up until the host ends
 # the VM, printing one line per state change (the serial console is slow: no logs here).
 #
-# The same steps make a node outside the lab (vagrant/provision uses the part that applies
-# to a real machine: containerd's and the CNI's configuration).
+# The kernel set-up and containerd's configuration are tests/cluster/node-setup.sh's, which
+# the vagrant cluster's nodes run too.
 #
 #   node.sh NAME IP POD_SUBNET BIN_DIR CONF_DIR [OTHER_POD_SUBNET=VIA ...]
 #
@@ -22,6 +22,7 @@ set -euo pipefail
 name=$1 ip=$2 pod_subnet=$3 bin=$4 conf=$5
 shift 5
 gateway=${ip%.*}.1
+here=$(cd "$(dirname "$0")" && pwd)
 export PATH="$bin:$PATH"
 t0=$(cut -d' ' -f1 /proc/uptime)
 say() { echo "node $name: $* ($(cut -d' ' -f1 /proc/uptime)s)"; }
@@ -47,9 +48,8 @@ hostname "$name"
 printf '127.0.0.1 localhost\n%s %s\n' "$ip" "$name" >/etc/hosts
 # The host answers DNS on the bridge (CoreDNS, for the cluster and for pods with dnsPolicy Default).
 printf 'nameserver %s\n' "$gateway" >/etc/resolv.conf
-modprobe -a overlay br_netfilter veth bridge
-sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 \
-    net.bridge.bridge-nf-call-ip6tables=1 kernel.panic_on_oops=1 vm.overcommit_memory=1
+bash "$here/node-setup.sh" kernel
+sysctl -qw kernel.panic_on_oops=1 vm.overcommit_memory=1
 
 # --- the network: eth0 on the host's bridge ------------------------------------------------
 ip addr flush dev eth0
@@ -61,34 +61,9 @@ for r in "$@"; do
 done
 
 # --- containerd ----------------------------------------------------------------------------
-cat >/etc/containerd/config.toml <<EOF
-version = 3
-root = "/var/lib/containerd"
-state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
-  "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "registry.k8s.io/pause:3.10.2"
-[plugins.'io.containerd.cri.v1.runtime']
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = "$bin/runc"
-        SystemdCgroup = false
-        # pivot_root(2) fails on an initramfs root; a real node leaves this false.
-        NoPivotRoot = true
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["$bin"]
-    conf_dir = "/etc/cni/net.d"
-EOF
+bash "$here/node-setup.sh" containerd-config --cgroup-driver cgroupfs --runc "$bin/runc" \
+    --cni-bin "$bin" --sandbox-image registry.k8s.io/pause:3.10.2 --no-pivot-root \
+    >/etc/containerd/config.toml
 cat >/etc/cni/net.d/10-lab.conflist <<EOF
 {
   "cniVersion": "1.0.0",

@@ -64,6 +64,7 @@ def main():
     ap.add_argument("--commit", required=True)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--explain", help="a markdown file of explanations appended as is")
+    ap.add_argument("--swap", help="swap-traffic.sh's table (swap.md); its junit beside it, in swapped/")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -108,6 +109,19 @@ def main():
         lines += ["", "## Failures, first line of each", ""]
         for n, (who, r) in failures:
             lines.append(f"- {who}, {n}: `{r[2]}`")
+    if args.swap and os.path.exists(args.swap):
+        swapped = results(os.path.join(os.path.dirname(args.swap), "swapped"))
+        ran = {n: r for n, r in swapped.items() if r[0] != "skipped"}
+        passed = sum(1 for r in ran.values() if r[0] == "passed")
+        lines += ["", "## The swap under traffic (tests/cluster/swap-traffic.sh)", "",
+                  "kube-proxy (IPVS) serving; two clients on the last node request without pause"
+                  " through a ClusterIP and through the first node's NodePort; `deploy/swap.sh"
+                  " to-agent`, the Conformance Services tests on the swapped cluster, then"
+                  " `deploy/swap.sh back`.", "",
+                  f"Conformance Services tests with the agent after the swap: {passed} of"
+                  f" {len(ran)} passed.", ""]
+        with open(args.swap) as f:
+            lines.append(f.read().rstrip())
     lines += ["", "## Not run, and why (tests/cluster/skip.txt)", ""]
     with open(args.skip_file) as f:
         for raw in f:

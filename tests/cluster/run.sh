@@ -195,7 +195,7 @@ for i in $(seq "$nodes"); do
     done
     ip route add "10.244.$i.0/24" via "$net.1$i"
     args=(run --machine pc --smp 2 --memory 3072 --timeout 14400
-        --tap "labk8s-n$i" --mac "52:54:00:12:3b:1$i" --file "$here/node.sh")
+        --tap "labk8s-n$i" --mac "52:54:00:12:3b:1$i" --file "$here/node.sh" --file "$here/node-setup.sh")
     for f in "$c"/*; do args+=(--file "$f"); done
     for b in kubelet containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
         args+=(--exe "$bins/bin/$b")

@@ -14,28 +14,10 @@ cni_version=$5
 export DEBIAN_FRONTEND=noninteractive
 
 echo "== kernel modules and sysctls"
-# The agent's init container loads the IPVS modules too; the node loads them at boot anyway,
-# for kubeadm's preflight and for a node whose init container is removed.
-cat >/etc/modules-load.d/kube-proxy-ipvs.conf <<'MODULES'
-overlay
-br_netfilter
-nf_conntrack
-ip_vs
-ip_vs_rr
-ip_vs_wrr
-ip_vs_sh
-MODULES
-systemctl restart systemd-modules-load.service
-# What kubeadm's preflight wants, and what the agent's init container would write anyway.
-cat >/etc/sysctl.d/90-kube-proxy-ipvs.conf <<'SYSCTLS'
-net.ipv4.ip_forward = 1
-net.bridge.bridge-nf-call-iptables = 1
-net.bridge.bridge-nf-call-ip6tables = 1
-net.ipv4.vs.conntrack = 1
-net.ipv4.vs.expire_nodest_conn = 1
-net.ipv4.vs.expire_quiescent_template = 1
-SYSCTLS
-sysctl --quiet --system
+# The lab cluster's nodes run the same script (tests/cluster/node-setup.sh); the agent's init
+# container loads the IPVS modules too, the node loads them at boot anyway, for kubeadm's
+# preflight and for a node whose init container is removed.
+bash /src/tests/cluster/node-setup.sh kernel --persist
 
 swapoff -a
 sed -i '/\sswap\s/s/^[^#]/#&/' /etc/fstab
@@ -73,9 +55,8 @@ tar -C /opt/cni/bin -xzf "$work/cni.tgz"
 rm -rf "$work"
 
 install -d /etc/containerd
-containerd config default >/etc/containerd/config.toml
-sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
-grep -q 'SystemdCgroup = true' /etc/containerd/config.toml
+# As on the lab cluster's nodes, with systemd's cgroup driver (kubeadm's kubelet default).
+bash /src/tests/cluster/node-setup.sh containerd-config --cgroup-driver systemd >/etc/containerd/config.toml
 systemctl daemon-reload
 systemctl enable --now containerd >/dev/null
 systemctl restart containerd
