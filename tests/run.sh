@@ -40,7 +40,8 @@ step "kernel tests in the lab (with the real control plane; the differential cor
 cargo run --quiet -p lab -- test --release --memory 2048 --reliability-table target/RELIABILITY.md
 step "the lab cluster: a real kubelet runs the agent's image from deploy/, Kubernetes' Conformance Services tests judge it (tests/cluster, one node)"
 # Builds kubelet, containerd, e2e.test ... from their Go modules and the images locally
-# (cached); the whole comparison with kube-proxy on two nodes is tests/cluster/e2e.sh.
-bash tests/cluster/run.sh --proxy agent --nodes 1 --focus '\[sig-network\] Services.*\[Conformance\]'
+# (cached); the whole comparison with kube-proxy on two nodes is tests/cluster/e2e.sh. The
+# agent's image takes the lab tests' build (the labtest profile) instead of a third compile.
+CARGO_PROFILE=labtest bash tests/cluster/run.sh --proxy agent --nodes 1 --focus '\[sig-network\] Services.*\[Conformance\]'
 step "done"
 echo "total: $(($(date +%s) - start))s"

@@ -164,9 +164,11 @@ fi
 
 # --- the agent -------------------------------------------------------------------------------
 t=$SECONDS
-(cd "$root" && cargo build --release --locked -p kube-proxy-ipvs-agent)
+# CARGO_PROFILE (default release) is build-image.sh's: the test command passes labtest.
+profile=${CARGO_PROFILE:-release}
+(cd "$root" && cargo build --profile "$profile" --locked -p kube-proxy-ipvs-agent)
 debian "${agent_pkgs[@]}"
-key=$(inputs_key "$root/target/release/kube-proxy-ipvs" "$deploy/init-sysctls.sh" \
+key=$(inputs_key "$root/target/$profile/kube-proxy-ipvs" "$deploy/init-sysctls.sh" \
     "$deploy/Containerfile" "$deploy/build-image.sh" "$BUILDER" "${layers[@]}")
 if ! fresh kube-proxy-ipvs "$key"; then
     "$deploy/build-image.sh" --save "$out/kube-proxy-ipvs.tar" >&2
