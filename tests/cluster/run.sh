@@ -15,7 +15,7 @@
 #                       (tests/cluster/kube-proxy.yaml)
 #
 #   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--focus RE] [--skip RE]
-#                        [--out DIR] [--keep] [--swap]
+#                        [--out DIR] [--keep] [--swap] [--no-e2e] [--procs N]
 #
 #   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY)
@@ -24,12 +24,13 @@
 #                   with --proxy kube-proxy): to the agent, the Conformance Services tests,
 #                   and back
 #   --no-e2e        bring the cluster up and the proxy, and run no e2e tests
+#   --procs N       e2e tests run in parallel by N ginkgo processes (default 4)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1
+proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1 procs=4
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -40,7 +41,8 @@ while [[ $# -gt 0 ]]; do
         --keep) keep=1; shift ;;
         --swap) swap=1; shift ;;
         --no-e2e) e2e=0; shift ;;
-        -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+        --procs) procs=$2; shift 2 ;;
+        -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -95,11 +97,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Leftovers of an interrupted run (their ports and devices would be taken).
-if pkill -f "$run/" 2>/dev/null; then
-    for _ in $(seq 30); do pgrep -f "$run/" >/dev/null || break; sleep 1; done
-    pkill -9 -f "$run/" 2>/dev/null || true
-    sleep 1
+# Leftovers of an interrupted run (their ports and devices would be taken): the previous
+# run.sh, whose own clean-up stops what it started, then any program it left orphaned
+# (matched by its path at the start of the command line, so no shell matches).
+if [[ -f "$root/target/cluster/run.pid" ]]; then
+    old=$(cat "$root/target/cluster/run.pid")
+    if [[ "$old" != "$$" ]] && kill "$old" 2>/dev/null; then
+        for _ in $(seq 60); do kill -0 "$old" 2>/dev/null || break; sleep 1; done
+    fi
+fi
+echo "$$" >"$root/target/cluster/run.pid"
+orphans="^($peers/|$bins/|$lab run )"
+if pkill -f "$orphans" 2>/dev/null; then
+    sleep 2
+    pkill -9 -f "$orphans" 2>/dev/null || true
 fi
 ip link del "$bridge" 2>/dev/null || true
 for i in 1 2; do ip link del "labk8s-n$i" 2>/dev/null || true; done
@@ -248,10 +259,12 @@ e2e() {
     local rc=0
     mkdir -p "$3"
     say "e2e: focus $1"
-    "$bins/e2e.test" --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
+    # In parallel, as Kubernetes' own jobs run it ([Serial] tests run alone at the end): the
+    # tests mostly wait for pods, and the emulated nodes take seconds to start each.
+    "$bins/ginkgo" --procs="$procs" --no-color --timeout=3h --focus="$1" --skip="$2" \
+        "$bins/e2e.test" -- --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
         --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$3" \
-        --ginkgo.focus="$1" --ginkgo.skip="$2" --ginkgo.no-color \
-        --ginkgo.timeout=3h --disable-log-dump --minStartupPods=0 \
+        --disable-log-dump --minStartupPods=0 \
         --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 || rc=$?
     grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$3/e2e.log" | tail -n 40 >&2 || true
     say "e2e exit $rc"
@@ -268,7 +281,7 @@ if [[ $swap == 1 ]]; then
     # Services tests judge it there too.
     cargo build --quiet -p kube-proxy-ipvs-agent
     export -f e2e say
-    export bins run peers nodes start
+    export bins run peers nodes start procs
     bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" \
         "$root/target/debug/kube-proxy-ipvs" -- \
         bash -c 'e2e "\[sig-network\] Services.*\[Conformance\]" "$1" "$2"' _ "$skip" "$out/swapped" || rc=$?
