@@ -26,6 +26,8 @@
 #   --no-e2e        bring the cluster up and the proxy, and run no e2e tests
 #   --procs N       e2e tests run in parallel by N ginkgo processes (default 4)
 set -euo pipefail
+# One block: bash reads it whole before running it, so the file can change under a run.
+{
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
@@ -287,3 +289,4 @@ if [[ $swap == 1 ]]; then
         bash -c 'e2e "\[sig-network\] Services.*\[Conformance\]" "$1" "$2"' _ "$skip" "$out/swapped" || rc=$?
 fi
 exit "$rc"
+}
