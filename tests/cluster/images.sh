@@ -14,7 +14,7 @@
 #                        /agnhost-2, as upstream's), entrypoint ["/agnhost"], cmd ["pause"],
 #                        with what e2e tests exec in it (upstream's is Alpine with curl,
 #                        bind-tools, netcat-openbsd, iproute2, busybox): curl, netcat-openbsd,
-#                        iproute2, dnsutils, iputils-ping, and busybox-static's applets where
+#                        iproute2, dnsutils, iputils-ping, wget, and busybox-static's applets where
 #                        Debian has no program of that name (wget, ...)
 #   kube-proxy.tar       registry.k8s.io/kube-proxy:v1.37.2: upstream kube-proxy at
 #                        /usr/local/bin/kube-proxy with what its IPVS mode execs: iptables
@@ -93,7 +93,9 @@ fi
 
 # --- agnhost (and busybox, from the same Debian tree) ------------------------------------
 t=$SECONDS
-debian --lower "${agent_pkgs[*]}" busybox-static curl netcat-openbsd iproute2 dnsutils iputils-ping ca-certificates
+# Debian's wget, not busybox 1.35's: its `wget -T N`, which e2e tests run to check a Service
+# ("received [Segmentation fault]"), segfaults.
+debian --lower "${agent_pkgs[*]}" busybox-static curl wget netcat-openbsd iproute2 dnsutils iputils-ping ca-certificates
 agn_layers=("${layers[@]}") agn_rootfs=$rootfs
 key=$(inputs_key "$agnhost_bin" "${agn_layers[@]}")
 if ! fresh agnhost "$key"; then
