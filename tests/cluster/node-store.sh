@@ -34,7 +34,7 @@ EOF
 "$bin/containerd" --config config.toml >containerd.log 2>&1 &
 pid=$!
 # shellcheck disable=SC2317 # the EXIT trap
-stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"; }
+stop() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"; }
 trap stop EXIT
 ctr() { "$bin/ctr" -a "$work/state/containerd.sock" -n k8s.io "$@"; }
 for _ in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.1; done
@@ -43,7 +43,7 @@ for image in "$images"/*.tar; do
     ctr images import --snapshotter overlayfs "$image" >/dev/null 2>import.log ||
         { cat import.log >&2; exit 1; }
 done
-names=$(ctr images ls -q | grep -vc '^sha256:')
+names=$(ctr images ls -q 2>/dev/null | grep -vc '^sha256:')
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 tar -C root --numeric-owner --xattrs --xattrs-include='trusted.*' -cf "$out.new" .
