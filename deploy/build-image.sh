@@ -19,9 +19,9 @@
 #   --tag     the image name (default: localhost/kube-proxy-ipvs:dev, as deploy/ uses)
 #   --save    also write a docker-archive tarball, for `ctr -n k8s.io images import FILE`
 #             on nodes without a registry (the vagrant cluster does this)
-#   CARGO_PROFILE=labtest   (rootfs only) the binary of that cargo profile instead of release:
-#             the test command builds its image from the lab tests' build (release with
-#             debug assertions) rather than compiling the agent a third time
+#   AGENT_BINARY=PATH   (rootfs only) put this agent binary in the image instead of building
+#             one with cargo (the test command gives the lab tests' build, so that CI does
+#             not compile the agent a third time)
 #   EXTRA_PACKAGES="ipset ipvsadm"   (or `-- --build-arg EXTRA_PACKAGES="ipset ipvsadm"`)
 #             more Debian packages in the image; with rootfs, other build args are ignored
 set -eu
@@ -93,15 +93,18 @@ if [ "$builder" = rootfs ]; then
         echo "warning: not a Debian bookworm host: the binary may need a newer glibc than the image's" >&2
     fi
     echo "building $tag from $repo: cargo, then Debian bookworm minbase + $packages" >&2
-    profile=${CARGO_PROFILE:-release}
-    (cd "$repo" && cargo build --profile "$profile" --locked -p kube-proxy-ipvs-agent)
+    binary=${AGENT_BINARY:-}
+    if [ -z "$binary" ]; then
+        (cd "$repo" && cargo build --release --locked -p kube-proxy-ipvs-agent)
+        binary=$repo/target/release/kube-proxy-ipvs
+    fi
     # shellcheck disable=SC2086 # a list of words
     layers=$("$here/debian-rootfs.sh" $packages)
     rootfs=$(echo "$layers" | sed -n 's/^rootfs //p')
     agent=$repo/target/image-cache/agent-layer
     rm -rf "$agent"
     mkdir -p "$agent/usr/local/bin"
-    install -m 0755 "$repo/target/$profile/kube-proxy-ipvs" "$agent/usr/local/bin/kube-proxy-ipvs"
+    install -m 0755 "$binary" "$agent/usr/local/bin/kube-proxy-ipvs"
     install -m 0755 "$here/init-sysctls.sh" "$agent/usr/local/bin/kube-proxy-ipvs-sysctls"
     # Fail the build, not the node, if a library is missing (the Containerfile's last step).
     "$here/debian-rootfs.sh" --run "$rootfs" "$agent" -- /usr/local/bin/kube-proxy-ipvs --version

@@ -166,9 +166,16 @@ fi
 
 # --- the agent -------------------------------------------------------------------------------
 t=$SECONDS
-# CARGO_PROFILE (default release) is build-image.sh's: the test command passes labtest.
+# CARGO_PROFILE=labtest (the test command): the agent the lab tests just ran, from the lab's
+# own build command (a no-op then; building the binary alone would unify other features and
+# compile again), instead of a release build.
 profile=${CARGO_PROFILE:-release}
-(cd "$root" && cargo build --profile "$profile" --locked -p kube-proxy-ipvs-agent)
+if [[ $profile == labtest ]]; then
+    (cd "$root" && cargo test --no-run --quiet --all-features --workspace --profile labtest)
+else
+    (cd "$root" && cargo build --profile "$profile" --locked -p kube-proxy-ipvs-agent)
+fi
+export AGENT_BINARY=$root/target/$profile/kube-proxy-ipvs
 debian "${agent_pkgs[@]}"
 key=$(inputs_key "$root/target/$profile/kube-proxy-ipvs" "$deploy/init-sysctls.sh" \
     "$deploy/Containerfile" "$deploy/build-image.sh" "$BUILDER" "${layers[@]}")
