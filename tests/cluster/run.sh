@@ -15,7 +15,7 @@
 #                       (tests/cluster/kube-proxy.yaml)
 #
 #   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--focus RE] [--skip RE]
-#                        [--out DIR] [--keep] [--swap] [--no-e2e] [--procs N]
+#                        [--out DIR] [--keep] [--swap] [--no-e2e] [--procs N] [--slot N]
 #
 #   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY)
@@ -25,6 +25,7 @@
 #                   and back
 #   --no-e2e        bring the cluster up and the proxy, and run no e2e tests
 #   --procs N       e2e tests run in parallel by N ginkgo processes (default 4)
+#   --slot N        another cluster beside slot 0's (0-9: its own bridge, network, run directory)
 set -euo pipefail
 # One block: bash reads it whole before running it, so the file can change under a run.
 {
@@ -32,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1 procs=4
+proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1 procs=4 slot=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -44,12 +45,14 @@ while [[ $# -gt 0 ]]; do
         --swap) swap=1; shift ;;
         --no-e2e) e2e=0; shift ;;
         --procs) procs=$2; shift 2 ;;
-        -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+        --slot) slot=$2; shift 2 ;;
+        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
 case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
+case $slot in [0-9]) ;; *) echo "cluster: --slot is 0 to 9" >&2; exit 2 ;; esac
 if [[ $swap == 1 && $proxy != kube-proxy ]]; then
     echo "cluster: --swap starts from kube-proxy: add --proxy kube-proxy" >&2; exit 2
 fi
@@ -60,9 +63,12 @@ out=$(cd "$out" && pwd)
 start=$(date +%s)
 say() { echo "cluster: $* ($(($(date +%s) - start))s)" >&2; }
 
-# The lab bridge: the host is .1, node i is .1i; node i's pods are 10.244.i.0/24.
-bridge=labk8s0 net=192.168.123 api_ip=192.168.123.1
-pod_cidr=10.244.0.0/16 service_cidr=10.96.0.0/12 dns_ip=10.96.0.10
+# The lab bridge: the host is .1, node i is .1i; node i's pods are 10.244.i.0/24. Another
+# --slot is another cluster beside it: its own bridge, addresses, pod network and ports.
+bridge=labk8s$slot net=192.168.$((123 + slot)) api_ip=192.168.$((123 + slot)).1
+pods=10.$((244 + slot)) pod_cidr=10.$((244 + slot)).0.0/16 service_cidr=10.96.0.0/12 dns_ip=10.96.0.10
+etcd_port=$((12379 + 10 * slot))
+suffix=${slot#0}
 node_names=()
 for i in $(seq "$nodes"); do node_names+=("node-$i"); done
 
@@ -75,7 +81,7 @@ lab=$root/target/debug/lab
 cargo run --quiet -p lab -- image >/dev/null
 kubectl() { "$peers/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
 
-run=$root/target/cluster/run
+run=$root/target/cluster/run${suffix:+-$suffix}
 pids=() vms=()
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
@@ -88,8 +94,8 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
     for i in $(seq "$nodes"); do
-        ip route del "10.244.$i.0/24" 2>/dev/null
-        ip link del "labk8s-n$i" 2>/dev/null
+        ip route del "$pods.$i.0/24" 2>/dev/null
+        ip link del "$bridge-n$i" 2>/dev/null
     done
     ip link del "$bridge" 2>/dev/null
     cp "$run"/*.log "$out/" 2>/dev/null
@@ -102,20 +108,20 @@ trap 'exit 130' INT TERM
 # Leftovers of an interrupted run (their ports and devices would be taken): the previous
 # run.sh, whose own clean-up stops what it started, then any program it left orphaned
 # (matched by its path at the start of the command line, so no shell matches).
-if [[ -f "$root/target/cluster/run.pid" ]]; then
-    old=$(cat "$root/target/cluster/run.pid")
+if [[ -f "$run.pid" ]]; then
+    old=$(cat "$run.pid")
     if [[ "$old" != "$$" ]] && kill "$old" 2>/dev/null; then
         for _ in $(seq 60); do kill -0 "$old" 2>/dev/null || break; sleep 1; done
     fi
 fi
-echo "$$" >"$root/target/cluster/run.pid"
-orphans="^($peers/|$bins/|$lab run )"
+echo "$$" >"$run.pid"
+orphans="^($peers/|$bins/|$lab run ).*$run/"
 if pkill -f "$orphans" 2>/dev/null; then
     sleep 2
     pkill -9 -f "$orphans" 2>/dev/null || true
 fi
 ip link del "$bridge" 2>/dev/null || true
-for i in 1 2; do ip link del "labk8s-n$i" 2>/dev/null || true; done
+for i in 1 2; do ip link del "$bridge-n$i" 2>/dev/null || true; done
 rm -rf "$run"
 mkdir -p "$run"
 
@@ -124,18 +130,18 @@ ip link add "$bridge" type bridge
 ip addr add "$api_ip/24" dev "$bridge"
 ip link set "$bridge" up
 for i in $(seq "$nodes"); do
-    ip tuntap add "labk8s-n$i" mode tap
-    ip link set "labk8s-n$i" master "$bridge" up
+    ip tuntap add "$bridge-n$i" mode tap
+    ip link set "$bridge-n$i" master "$bridge" up
 done
 
 # --- the control plane on the host ---------------------------------------------------------
 bash "$here/pki.sh" "$run/pki" "$api_ip" "${node_names[@]}"
 cp "$run/pki/admin.kubeconfig" "$run/admin.kubeconfig"
 p=$run/pki
-"$peers/etcd" --data-dir "$run/etcd" --listen-client-urls http://127.0.0.1:12379 \
-    --listen-peer-urls http://127.0.0.1:12380 >"$run/etcd.log" 2>&1 &
+"$peers/etcd" --data-dir "$run/etcd" --listen-client-urls http://127.0.0.1:$etcd_port \
+    --listen-peer-urls http://127.0.0.1:$((etcd_port + 1)) >"$run/etcd.log" 2>&1 &
 pids+=($!)
-"$peers/kube-apiserver" --etcd-servers=http://127.0.0.1:12379 \
+"$peers/kube-apiserver" --etcd-servers=http://127.0.0.1:$etcd_port \
     --bind-address="$api_ip" --advertise-address="$api_ip" --secure-port=6443 \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
     --client-ca-file="$p/ca.crt" --authorization-mode=Node,RBAC \
@@ -158,7 +164,7 @@ say "API server ready at https://$api_ip:6443"
 "$bins/kube-controller-manager" --kubeconfig="$p/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$p/controller-manager.kubeconfig" \
     --authorization-kubeconfig="$p/controller-manager.kubeconfig" \
-    --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
+    --secure-port=0 --leader-elect=false \
     --use-service-account-credentials=true --service-account-private-key-file="$p/sa.key" \
     --root-ca-file="$p/ca.crt" --cluster-signing-cert-file="$p/ca.crt" \
     --cluster-signing-key-file="$p/ca.key" --service-cluster-ip-range="$service_cidr" \
@@ -168,14 +174,14 @@ pids+=($!)
 "$bins/kube-scheduler" --kubeconfig="$p/scheduler.kubeconfig" \
     --authentication-kubeconfig="$p/scheduler.kubeconfig" \
     --authorization-kubeconfig="$p/scheduler.kubeconfig" \
-    --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false \
+    --secure-port=0 --leader-elect=false \
     >"$run/kube-scheduler.log" 2>&1 &
 pids+=($!)
 
 # CoreDNS on the host's bridge address, behind the kube-dns Service (selectorless: its
 # endpoint is the host), as the cluster's DNS and the nodes' resolver.
 kubectl apply -f "$here/coredns.yaml" >/dev/null
-sed "s|KUBECONFIG|$p/coredns.kubeconfig|; s|UPSTREAM|$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)|" \
+sed "s|BIND|$api_ip|; s|KUBECONFIG|$p/coredns.kubeconfig|; s|UPSTREAM|$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)|" \
     "$here/Corefile" >"$run/Corefile"
 "$bins/bin/coredns" -conf "$run/Corefile" -dns.port 53 >"$run/coredns.log" 2>&1 &
 pids+=($!)
@@ -204,16 +210,16 @@ for i in $(seq "$nodes"); do
     ln "$store" "$c/node-store.tar" 2>/dev/null || cp "$store" "$c/node-store.tar"
     routes=()
     for j in $(seq "$nodes"); do
-        [[ $j == "$i" ]] || routes+=("10.244.$j.0/24=$net.1$j")
+        [[ $j == "$i" ]] || routes+=("$pods.$j.0/24=$net.1$j")
     done
-    ip route add "10.244.$i.0/24" via "$net.1$i"
+    ip route add "$pods.$i.0/24" via "$net.1$i"
     args=(run --machine pc --smp 2 --memory 3072 --timeout 14400
-        --tap "labk8s-n$i" --mac "52:54:00:12:3b:1$i" --file "$here/node.sh" --file "$here/node-setup.sh")
+        --tap "$bridge-n$i" --mac "52:54:00:12:3$slot:1$i" --file "$here/node.sh" --file "$here/node-setup.sh")
     for f in "$c"/*; do args+=(--file "$f"); done
     for b in kubelet containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
         args+=(--exe "$bins/bin/$b")
     done
-    "$lab" "${args[@]}" -- bash "$here/node.sh" "$name" "$net.1$i" "10.244.$i.0/24" \
+    "$lab" "${args[@]}" -- bash "$here/node.sh" "$name" "$net.1$i" "$pods.$i.0/24" \
         "$bins/bin" "$c" "${routes[@]}" >"$run/$name.log" 2>&1 &
     pids+=($!)
     vms+=($!)
