@@ -42,6 +42,6 @@ step "the lab cluster: a real kubelet runs the agent's image from deploy/, Kuber
 # Builds kubelet, containerd, e2e.test ... from their Go modules and the images locally
 # (cached); the whole comparison with kube-proxy on two nodes is tests/cluster/e2e.sh. The
 # agent's image takes the lab tests' build (the labtest profile) instead of a third compile.
-CARGO_PROFILE=labtest bash tests/cluster/run.sh --proxy agent --nodes 1 --focus '\[sig-network\] Services.*\[Conformance\]'
+CARGO_PROFILE=labtest bash tests/cluster/run.sh --proxy agent --nodes 1 --procs 2 --focus '\[sig-network\] Services.*\[Conformance\]'
 step "done"
 echo "total: $(($(date +%s) - start))s"
