@@ -273,7 +273,11 @@ e2e() {
         "$bins/e2e.test" -- --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
         --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$3" \
         --disable-log-dump --minStartupPods=0 \
-        --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 || rc=$?
+        --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 &
+    # In the background and waited for: a signal to this script then stops it at once
+    # (bash runs traps only between foreground commands), and the clean-up stops ginkgo.
+    pids+=($!)
+    wait "$!" || rc=$?
     grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$3/e2e.log" | tail -n 40 >&2 || true
     say "e2e exit $rc"
     return "$rc"
