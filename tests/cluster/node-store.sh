@@ -36,6 +36,8 @@ pid=$!
 # shellcheck disable=SC2317 # the EXIT trap
 stop() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"; }
 trap stop EXIT
+# A stopped run (run.sh stops the previous one) still removes its half-filled store.
+trap 'exit 1' INT TERM HUP
 ctr() { "$bin/ctr" -a "$work/state/containerd.sock" -n k8s.io "$@"; }
 for _ in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.1; done
 for image in "$images"/*.tar; do

@@ -2,7 +2,7 @@
 # One node of the lab cluster, run as the lab VM's payload (`lab run --tap ...`): makes the
 # VM a Kubernetes node (cgroup2, the mounts kubelet and containerd need on an initramfs
 # root, the node's address on the shared bridge, routes to the other nodes' pods), starts
-# containerd 2.x with runc and the CNI bridge plugin, imports the locally built images, and
+# containerd 2.x with runc and the CNI bridge plugin on the image store built on the host, and
 # starts kubelet against the API server on the host. Then it stays up until the host ends
 # the VM, printing one line per state change (the serial console is slow: no logs here).
 #
@@ -16,7 +16,7 @@
 #   POD_SUBNET        this node's pods, e.g. 10.244.1.0/24
 #   BIN_DIR           kubelet, containerd, containerd-shim-runc-v2, ctr, runc, CNI plugins
 #   CONF_DIR          kubelet.conf (kubeconfig), kubelet-config.yaml, ca.crt, and
-#                     node-store.tar (containerd's store, filled on the host) or images/*.tar
+#                     node-store.tar (containerd's store, filled by tests/cluster/node-store.sh)
 #   SUBNET=VIA        a route to another node's pods
 set -euo pipefail
 name=$1 ip=$2 pod_subnet=$3 bin=$4 conf=$5
@@ -78,11 +78,8 @@ cat >/etc/cni/net.d/10-lab.conflist <<EOF
   ]
 }
 EOF
-# The image store made on the host (tests/cluster/node-store.sh), else each image tarball.
-if [[ -f "$conf/node-store.tar" ]]; then
-    tar -C /var/lib/containerd --numeric-owner --xattrs --xattrs-include='trusted.*' -xpf "$conf/node-store.tar"
-    say "image store unpacked"
-fi
+# The image store made on the host (tests/cluster/node-store.sh): nothing is pulled or imported.
+tar -C /var/lib/containerd --numeric-owner --xattrs --xattrs-include='trusted.*' -xpf "$conf/node-store.tar"
 containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
 for _ in $(seq 120); do
     [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
@@ -90,10 +87,6 @@ for _ in $(seq 120); do
 done
 ctr version >/dev/null || { tail -20 /var/log/containerd.log; exit 1; }
 say "containerd up"
-shopt -s nullglob
-for image in "$conf"/images/*.tar; do
-    ctr -n k8s.io images import "$image" >/dev/null
-done
 say "images: $(ctr -n k8s.io images ls -q | grep -vc '^sha256:')"
 
 # --- kubelet -------------------------------------------------------------------------------

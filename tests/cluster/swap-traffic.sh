@@ -17,7 +17,9 @@ out=$3 agent=$4
 shift 4
 [[ "${1:-}" == -- ]] && shift
 k() { "$KUBECTL" "$@"; }
-now() { date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
+# The marks are read on the clients' node: its log timestamps are its clock's, and an
+# emulated machine's clock drifts from the host's.
+now() { k -n swap-traffic exec via-cluster-ip -- date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
 nodes=$(k get nodes -o jsonpath='{.items[*].metadata.name}')
 first=${nodes%% *} last=${nodes##* }
 first_ip=$(k get node "$first" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')

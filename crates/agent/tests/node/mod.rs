@@ -288,7 +288,8 @@ pub fn kube_rules(save: &str) -> Vec<String> {
 /// than one netlink message is resumed by position, and the kernel counts that position over
 /// the services of every network namespace: while another test changes IPVS in its own
 /// namespace, a large dump can repeat or skip entries of ours (the kernel's objects are fine;
-/// only their listing moves). A [`churn_elsewhere`] pauses while this reads.
+/// only their listing moves). A [`churn_elsewhere`] pauses while this reads; other tests do
+/// not, so the dump returned has its repeated lines dropped (a valid dump has none).
 pub fn stable_ipvs_dump() -> String {
     let _reading = Settling::start();
     let normal = |dump: &str| {
@@ -301,7 +302,12 @@ pub fn stable_ipvs_dump() -> String {
     for _ in 0..20 {
         let now = sh("ipvsadm -Sn");
         if normal(&now) == normal(&last) {
-            return now;
+            let mut seen = std::collections::HashSet::new();
+            return now
+                .lines()
+                .filter(|l| seen.insert(*l))
+                .map(|l| format!("{l}\n"))
+                .collect();
         }
         last = now;
     }
