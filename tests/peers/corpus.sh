@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole differential corpus: builds the upstream peers, starts the real control plane,
 # runs every scenario (or PEERS_SCENARIOS=ci|all|prefix,...) in the lab VM with upstream
-# kube-proxy and the agent side by side, prints the table and, for a full run, writes it to
-# tests/peers/RESULTS.md. PEERS_JOBS=N (default 2) runs N lab VMs at once, each with its own
-# control plane and an interleaved share of the scenarios. Exits non-zero when a scenario errs
-# or differs unlisted.
+# kube-proxy and the agent side by side, prints the table and, for a full run that passed,
+# writes it to tests/peers/RESULTS.md stamped with the agent's commit, the peers' versions,
+# the date and each scenario's time; a run that failed, or any partial run, writes nothing.
+# PEERS_JOBS=N (default 2) runs N lab VMs at once, each with its own control plane and an
+# interleaved share of the scenarios. Exits non-zero when a scenario errs or differs unlisted.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bash tests/setup.sh
@@ -52,21 +53,37 @@ for log in "${logs[@]}"; do
     while IFS= read -r l; do rows+=("$l"); done < <(grep -E '^\| [0-9]' <<<"$table")
     details+=$(awk '/^### /{p=1} p' <<<"$table")$'\n'
 done
-table=$(printf '| scenario | steps | differences | verdict |\n|---|---|---|---|\n'; printf '%s\n' "${rows[@]}" | sort)
+table=$(printf '| scenario | steps | differences | verdict | time |\n|---|---|---|---|---|\n'; printf '%s\n' "${rows[@]}" | sort)
 table+=$'\n'$details
 echo "$table"
-if [[ "$which" == all ]]; then
+if [[ "$which" == all && ${#rows[@]} -ne ${#ids[@]} ]]; then
+    echo "corpus: ${#rows[@]} results for ${#ids[@]} scenarios" >&2
+    rc=1
+fi
+if [[ "$which" == all && $rc != 0 ]]; then
+    echo "corpus: the run failed: tests/peers/RESULTS.md left as it was" >&2
+elif [[ "$which" == all ]]; then
+    commit=$(git rev-parse --short HEAD)
+    git diff --quiet HEAD -- crates tests/peers README.md || commit+=" with local changes"
+    kubernetes=$(awk '$1 == "k8s.io/kubernetes" {print $2}' tests/peers/go.mod)
+    etcd=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' tests/peers/go.mod)
     kernel=$(grep -ho 'guest kernel [^ ,]*' "${logs[@]}" | head -1 | cut -d' ' -f3)
     {
         echo "# Differential corpus: upstream kube-proxy and the agent side by side"
         echo
-        echo "Latest full run of \`./tests/peers/corpus.sh\` ($(date -u +%Y-%m-%d), ${took} s with ${jobs} lab VMs,"
-        echo "kernel ${kernel:-unknown}, kube-proxy and kube-apiserver v1.37.2 from tests/peers/go.mod)."
+        echo "Latest full run of \`./tests/peers/corpus.sh\`: the agent at commit $commit, $(date -u +%Y-%m-%d),"
+        echo "${took} s with ${jobs} lab VMs, kernel ${kernel:-unknown}; kube-proxy and kube-apiserver"
+        echo "${kubernetes:-unknown}, etcd ${etcd:-unknown}, from tests/peers/go.mod. Written by corpus.sh from a"
+        echo "run that passed, never edited by hand."
         echo "Each scenario of \`tests/peers/scenarios/\` runs upstream \`kube-proxy --proxy-mode=ipvs\` and"
         echo "\`kube-proxy-ipvs\` as the same node in two network namespaces against one real API server; the"
-        echo "kernel state is compared at start and after every step. \"differences\" counts the lines that"
-        echo "differ over all those points, with the README markers (\"Where it differs\") that explain them;"
-        echo "\"listed only\" means every difference is one the README lists and explains."
+        echo "kernel state is read with the real tools (a tool that fails fails the scenario) at start and"
+        echo "after every step, once both programs have seen the step's change and synced after it. Each"
+        echo "side must first hold what the API objects imply (a virtual server and a KUBE-CLUSTER-IP member"
+        echo "per ClusterIP and port, a real server per ready endpoint: tests/peers/src/implied.rs), then"
+        echo "the two are compared. \"differences\" counts the lines that differ over all those points, with"
+        echo "the README markers (\"Where it differs\") that explain them, each pairing or bounding what it"
+        echo "explains; \"listed only\" means every difference is one the README lists and explains."
         echo
         echo "$table"
     } > tests/peers/RESULTS.md

@@ -4,11 +4,13 @@
 //! the real tools and compared.
 //!
 //! The pure parts live here and are unit-tested on the host: the corpus format
-//! ([`scenario`]), the normalisation of the tools' output ([`state`]) and the comparison with
-//! the differences the README lists on purpose ([`compare`]). The run itself (namespaces,
+//! ([`scenario`]), the normalisation of the tools' output ([`state`]), what the API objects
+//! imply either program programmed ([`implied`]) and the comparison with the differences the
+//! README lists on purpose ([`compare`]). The run itself (namespaces,
 //! programs, API objects) is the `lab` test target, `tests/lab.rs`.
 
 pub mod compare;
+pub mod implied;
 pub mod scenario;
 pub mod state;
 

@@ -41,17 +41,38 @@ pub struct Scenario {
     /// `nftables` for a node swapped from a stock cluster, whose rules the agent must remove.
     #[serde(default)]
     pub takeover_mode: Option<String>,
+    /// Flags that replace the scenario's (same `--name=`) or add to them for the takeover's
+    /// kube-proxy only: a node that kube-proxy ran with another configuration.
+    #[serde(default)]
+    pub takeover_flags: Vec<String>,
     /// Objects (`Kind/name`) deleted once the takeover's kube-proxy has stopped and before
     /// either program starts: what it left for them is the agent's to remove.
     #[serde(default)]
     pub deleted_before_start: Vec<String>,
+    /// `ipvsadm` commands run in both namespaces before either program starts (after a
+    /// takeover's kube-proxy): virtual servers another program made on the node.
+    #[serde(default)]
+    pub foreign: Vec<String>,
     /// Services and EndpointSlices (multi-document YAML; namespace `peers` unless given)
     /// present before the programs start.
     #[serde(default)]
     pub objects: String,
+    /// Pod addresses (one /24, its `.1` the node's bridge): in each program's namespace, a
+    /// pod namespace per address answers every TCP connection, UDP datagram and HTTP request
+    /// on [`Scenario::pod_ports`] with its address and the source address it saw, so that the
+    /// steps' [`Step::traffic`] goes through each program's state to real sockets.
+    #[serde(default)]
+    pub pods: Vec<String>,
+    /// The ports the pods answer on.
+    #[serde(default = "default_pod_ports")]
+    pub pod_ports: Vec<u16>,
     /// Changes applied one after the other; the state is compared after each.
     #[serde(default)]
     pub steps: Vec<Step>,
+}
+
+fn default_pod_ports() -> Vec<u16> {
+    vec![8080]
 }
 
 /// The node both programs run as.
@@ -119,6 +140,122 @@ pub struct Step {
     /// Labels set on the Node (an empty value removes the label).
     #[serde(default)]
     pub node_labels: BTreeMap<String, String>,
+    /// Programs restarted after the step's changes (`kube-proxy`, `agent`): killed
+    /// (SIGKILL) and started again with the same flags; each must come back to the same state.
+    #[serde(default)]
+    pub restart: Vec<String>,
+    /// Requests sent through each program's namespace once the step is synced; what each
+    /// side answered is compared like its kernel state (section `traffic`).
+    #[serde(default)]
+    pub traffic: Vec<Probe>,
+    /// A change of the node itself: its addresses, InternalIPs or pod CIDRs. kube-proxy
+    /// exits when its Node's IPs or (with `--detect-local-mode=NodeCIDR`) pod CIDRs change,
+    /// for its DaemonSet to start it again: the harness does the same for either program.
+    #[serde(default)]
+    pub node: Option<NodeChange>,
+}
+
+/// A step's change of the node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeChange {
+    /// Addresses (CIDR notation) added to `eth0` in both namespaces.
+    #[serde(default)]
+    pub add_addresses: Vec<String>,
+    /// The Node's new InternalIPs.
+    #[serde(default)]
+    pub internal_ips: Option<Vec<String>>,
+    /// The Node's new `spec.podCIDRs`: the API server changes them only on a new Node, so
+    /// the Node is deleted and made again.
+    #[serde(default)]
+    pub pod_cidrs: Option<Vec<String>>,
+}
+
+/// Requests sent the same way through both programs' namespaces.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// Where to: `ADDRESS:PORT` (`[v6]:PORT`), or `node:PORT` for the node's first address.
+    pub to: String,
+    /// `tcp` (the default), `udp`, or `http` (one GET of [`Probe::path`]).
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// `outside` (the default: a client namespace behind the node's address) or `node` (the
+    /// node's own namespace).
+    #[serde(default = "default_from")]
+    pub from: String,
+    /// How many requests, one connection or datagram each.
+    #[serde(default = "default_requests")]
+    pub requests: usize,
+    /// A fixed UDP source port: every request is the same conntrack flow.
+    #[serde(default)]
+    pub source_port: Option<u16>,
+    /// Compare only the distribution's shape (how many endpoints, how many answers each), not
+    /// which endpoints answered: a session's pick is the program's own.
+    #[serde(default)]
+    pub shape: bool,
+    /// The HTTP path.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+fn default_protocol() -> String {
+    "tcp".into()
+}
+
+fn default_from() -> String {
+    "outside".into()
+}
+
+fn default_requests() -> usize {
+    20
+}
+
+impl Probe {
+    /// Checks the probe's fields.
+    pub fn validate(&self) -> Result<()> {
+        if !["tcp", "udp", "http"].contains(&self.protocol.as_str()) {
+            bail!("protocol {:?}: tcp, udp or http", self.protocol);
+        }
+        if !["outside", "node"].contains(&self.from.as_str()) {
+            bail!("from {:?}: outside or node", self.from);
+        }
+        if self.requests == 0 || self.requests > 200 {
+            bail!("requests {}: 1 to 200", self.requests);
+        }
+        let port = self.to.rsplit_once(':').map(|(_, p)| p);
+        if port.and_then(|p| p.parse::<u16>().ok()).is_none() {
+            bail!("to {:?}: ADDRESS:PORT or node:PORT", self.to);
+        }
+        if self.source_port.is_some() && self.protocol != "udp" {
+            bail!("source_port: only for udp");
+        }
+        Ok(())
+    }
+}
+
+impl Step {
+    /// Whether the step changes API objects (then each program that keeps running must see
+    /// that change before the state is compared).
+    pub fn changes_objects(&self) -> bool {
+        !self.apply.trim().is_empty()
+            || !self.delete.is_empty()
+            || !self.node_labels.is_empty()
+            || self.node.is_some()
+    }
+}
+
+/// The flags of the takeover's kube-proxy: `flags` with each of `over` replacing the flag of
+/// the same `--name=`, or added.
+pub fn flags_over(flags: &[String], over: &[String]) -> Vec<String> {
+    let name = |f: &str| f.split_once('=').map_or(f, |(n, _)| n).to_string();
+    let mut out: Vec<String> = flags
+        .iter()
+        .filter(|f| !over.iter().any(|o| name(o) == name(f)))
+        .cloned()
+        .collect();
+    out.extend(over.iter().cloned());
+    out
 }
 
 /// The namespace of scenario objects that name none.
@@ -209,6 +346,52 @@ impl Scenario {
         for d in &self.deleted_before_start {
             deletion(d).context("deleted_before_start")?;
         }
+        for s in &self.steps {
+            for p in &s.traffic {
+                p.validate()
+                    .with_context(|| format!("step {:?}: traffic to {:?}", s.name, p.to))?;
+            }
+            if let Some(n) = &s.node {
+                if n.add_addresses.iter().any(|a| !a.contains('/')) {
+                    bail!("step {:?}: node addresses in CIDR notation", s.name);
+                }
+                if n.add_addresses.is_empty() && n.internal_ips.is_none() && n.pod_cidrs.is_none() {
+                    bail!("step {:?}: a node change that changes nothing", s.name);
+                }
+            }
+            if !s.traffic.is_empty() && self.pods.is_empty() {
+                bail!("step {:?}: traffic without pods", s.name);
+            }
+            if !s.changes_objects() && s.restart.is_empty() && s.traffic.is_empty() {
+                bail!("step {:?} changes nothing", s.name);
+            }
+            for r in &s.restart {
+                if !["kube-proxy", "agent"].contains(&r.as_str()) {
+                    bail!("step {:?}: restart {r:?}: kube-proxy or agent", s.name);
+                }
+            }
+        }
+        for f in &self.foreign {
+            if !f.starts_with("ipvsadm ") || f.contains([';', '&', '|', '`', '$']) {
+                bail!("foreign {f:?}: one ipvsadm command");
+            }
+        }
+        let subnets: std::collections::BTreeSet<&str> = self
+            .pods
+            .iter()
+            .map(|p| p.rsplit_once('.').map_or(p.as_str(), |(net, _)| net))
+            .collect();
+        if subnets.len() > 1
+            || self
+                .pods
+                .iter()
+                .any(|p| p.parse::<std::net::Ipv4Addr>().is_err())
+        {
+            bail!("pods: IPv4 addresses of one /24");
+        }
+        if !self.takeover_flags.is_empty() && !self.takeover {
+            bail!("takeover_flags: only with takeover: true");
+        }
         if !self.deleted_before_start.is_empty() && !self.takeover {
             bail!("deleted_before_start: only with takeover: true");
         }
@@ -294,6 +477,34 @@ pub fn load_all() -> Result<Vec<Scenario>> {
         .collect();
     paths.sort();
     paths.iter().map(|p| load(p)).collect()
+}
+
+#[cfg(test)]
+mod checks {
+    use super::*;
+
+    #[test]
+    fn takeover_flags_replace_their_namesakes() {
+        let flags = ["--ipvs-scheduler=rr".to_string(), "--v=2".to_string()];
+        let over = [
+            "--ipvs-scheduler=wrr".to_string(),
+            "--masquerade-all".to_string(),
+        ];
+        assert_eq!(
+            flags_over(&flags, &over),
+            ["--v=2", "--ipvs-scheduler=wrr", "--masquerade-all"]
+        );
+    }
+
+    #[test]
+    fn steps_that_change_nothing_and_foreign_commands_that_are_not_ipvsadm_are_refused() {
+        let base = "description: x\nsteps:\n";
+        assert!(parse("x", &format!("{base}- name: nothing\n")).is_err());
+        assert!(parse("x", &format!("{base}- name: r\n  restart: [agent]\n")).is_ok());
+        assert!(parse("x", &format!("{base}- name: r\n  restart: [kubelet]\n")).is_err());
+        let foreign = "description: x\nforeign: [\"ipvsadm -A -t 198.18.0.1:80 -s rr; reboot\"]\n";
+        assert!(parse("x", foreign).is_err());
+    }
 }
 
 #[cfg(test)]

@@ -10,18 +10,21 @@ use std::collections::BTreeMap;
 pub type Sections = BTreeMap<&'static str, Vec<String>>;
 
 /// The commands that read a namespace's state, by section name. Each runs with `sh -c`
-/// inside the namespace; a tool that finds nothing prints nothing.
+/// inside the namespace; a tool that finds nothing prints nothing and succeeds, and a tool
+/// that fails fails the reading ([`parse`]): an empty section means an empty state, never a
+/// missing tool.
 pub const READERS: &[(&str, &str)] = &[
     ("ipvs", "ipvsadm -Sn"),
     ("ipvs-timeouts", "ipvsadm -Ln --timeout"),
     ("ipset", "ipset save"),
-    ("iptables-legacy", "iptables-legacy-save 2>/dev/null"),
-    ("ip6tables-legacy", "ip6tables-legacy-save 2>/dev/null"),
-    ("iptables-nft", "iptables-nft-save 2>/dev/null"),
-    ("ip6tables-nft", "ip6tables-nft-save 2>/dev/null"),
+    ("iptables-legacy", "iptables-legacy-save"),
+    ("ip6tables-legacy", "ip6tables-legacy-save"),
+    ("iptables-nft", "iptables-nft-save"),
+    ("ip6tables-nft", "ip6tables-nft-save"),
     (
         "kube-ipvs0",
-        "ip -d link show kube-ipvs0 2>/dev/null | head -3; ip -o addr show dev kube-ipvs0 2>/dev/null",
+        "if [ -e /sys/class/net/kube-ipvs0 ]; then ip -d link show kube-ipvs0 | head -3; \
+         ip -o addr show dev kube-ipvs0; fi",
     ),
     ("sysctl", SYSCTLS),
     // Local address and port of every listening TCP socket; only the node-port range is
@@ -38,35 +41,90 @@ const SYSCTLS: &str = "for f in net/ipv4/vs/conntrack net/ipv4/vs/conn_reuse_mod
     net/netfilter/nf_conntrack_tcp_timeout_established \
     net/netfilter/nf_conntrack_tcp_timeout_close_wait net/netfilter/nf_conntrack_tcp_be_liberal \
     net/netfilter/nf_conntrack_udp_timeout net/netfilter/nf_conntrack_udp_timeout_stream; do \
-    [ -r /proc/sys/$f ] && echo \"$f = $(cat /proc/sys/$f)\"; done; true";
+    if [ -r /proc/sys/$f ]; then echo \"$f = $(cat /proc/sys/$f)\"; fi; done";
 
-/// One shell script running every reader, each output behind a `@@peers-section NAME` line,
-/// so that a state is read with one process in the namespace rather than one per tool
-/// (process starts are slow under the lab's emulation).
+/// One shell script running every reader, each output behind a `@@peers-section NAME` line
+/// and followed by a `@@peers-status NAME CODE ERROR` line (its exit code and the start of
+/// what it wrote to stderr), so that a state is read with one process in the namespace rather
+/// than one per tool (process starts are slow under the lab's emulation).
 pub fn script() -> String {
-    READERS
-        .iter()
-        .map(|(name, cmd)| format!("echo '@@peers-section {name}'; {{ {cmd}; }} 2>/dev/null\n"))
-        .collect()
+    let mut out = String::from("e=$(mktemp)\n");
+    for (name, cmd) in READERS {
+        out.push_str(&format!(
+            "echo '@@peers-section {name}'; {{ {cmd}; }} 2>\"$e\"; \
+             echo \"@@peers-status {name} $? $(head -c 300 \"$e\" | tr '\\n' ' ')\"\n"
+        ));
+    }
+    out.push_str("rm -f \"$e\"\n");
+    out
 }
 
-/// Splits the output of [`script`] and normalises each section.
-pub fn parse(output: &str) -> Sections {
-    let mut raw: BTreeMap<&'static str, String> =
-        READERS.iter().map(|(n, _)| (*n, String::new())).collect();
+/// A reader that failed: the state read is not the namespace's.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// A tool exited non-zero.
+    #[error("{section}: `{command}` failed (exit {code}): {stderr}")]
+    Failed {
+        /// The section.
+        section: &'static str,
+        /// Its command.
+        command: &'static str,
+        /// The exit code.
+        code: String,
+        /// The start of its stderr.
+        stderr: String,
+    },
+    /// A section's output never came (the script stopped early).
+    #[error("{0}: no output at all (the reading script stopped before it)")]
+    Missing(&'static str),
+}
+
+/// Splits the output of [`script`] and normalises each section; an error names the first
+/// reader that failed or never ran.
+pub fn parse(output: &str) -> Result<Sections, ReadError> {
+    let mut raw: BTreeMap<&'static str, String> = BTreeMap::new();
+    let mut status: BTreeMap<&'static str, (String, String)> = BTreeMap::new();
     let mut current: Option<&'static str> = None;
+    let reader = |name: &str| READERS.iter().find(|(n, _)| *n == name);
     for line in output.lines() {
         if let Some(name) = line.strip_prefix("@@peers-section ") {
-            current = READERS.iter().map(|(n, _)| *n).find(|n| *n == name.trim());
+            current = reader(name.trim()).map(|(n, _)| *n);
+            if let Some(c) = current {
+                raw.entry(c).or_default();
+            }
+        } else if let Some(rest) = line.strip_prefix("@@peers-status ") {
+            let mut words = rest.splitn(3, ' ');
+            let name = words.next().unwrap_or_default();
+            if let Some((n, _)) = reader(name) {
+                let code = words.next().unwrap_or_default().to_string();
+                let err = words.next().unwrap_or_default().trim().to_string();
+                status.insert(n, (code, err));
+            }
+            current = None;
         } else if let Some(c) = current {
             let text = raw.entry(c).or_default();
             text.push_str(line);
             text.push('\n');
         }
     }
-    raw.into_iter()
+    for (name, command) in READERS {
+        match status.get(name) {
+            None => return Err(ReadError::Missing(name)),
+            Some((code, stderr)) if code != "0" => {
+                return Err(ReadError::Failed {
+                    section: name,
+                    command,
+                    code: code.clone(),
+                    stderr: stderr.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(raw
+        .into_iter()
         .map(|(name, text)| (name, normalise(name, &text)))
-        .collect()
+        .collect())
 }
 
 /// Normalises the raw output of the reader named `section`.
@@ -257,15 +315,52 @@ fn listeners(raw: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The script's output for every reader, `sections` filled in, the others empty.
+    fn output(sections: &[(&str, &str)], failed: Option<&str>) -> String {
+        let mut out = String::new();
+        for (name, _) in READERS {
+            out.push_str(&format!("@@peers-section {name}\n"));
+            if let Some((_, text)) = sections.iter().find(|(n, _)| n == name) {
+                out.push_str(text);
+            }
+            let code = if failed == Some(*name) {
+                "127 sh: 1: ipset: not found"
+            } else {
+                "0 "
+            };
+            out.push_str(&format!("@@peers-status {name} {code}\n"));
+        }
+        out
+    }
+
     #[test]
     fn the_script_output_splits_into_its_sections() {
-        let out = "@@peers-section ipvs\n-A -t 10.96.0.2:80 -s rr\n@@peers-section sysctl\nnet/ipv4/vs/conntrack = 1\n";
-        let s = parse(out);
+        let s = parse(&output(
+            &[
+                ("ipvs", "-A -t 10.96.0.2:80 -s rr\n"),
+                ("sysctl", "net/ipv4/vs/conntrack = 1\n"),
+            ],
+            None,
+        ))
+        .unwrap();
         assert_eq!(s["ipvs"], ["-A -t 10.96.0.2:80 -s rr"]);
         assert_eq!(s["sysctl"], ["net/ipv4/vs/conntrack = 1"]);
         assert!(s["ipset"].is_empty());
         assert_eq!(s.len(), READERS.len());
         assert!(script().contains("@@peers-section kube-ipvs0"));
+        assert!(!script().contains("/dev/null"));
+    }
+
+    #[test]
+    fn a_reader_that_fails_or_never_ran_fails_the_reading() {
+        let e = parse(&output(&[], Some("ipset"))).unwrap_err().to_string();
+        assert!(
+            e.contains("ipset save") && e.contains("127") && e.contains("not found"),
+            "{e}"
+        );
+        let cut = output(&[], None);
+        let cut = &cut[..cut.find("@@peers-section sysctl").unwrap()];
+        assert!(matches!(parse(cut), Err(ReadError::Missing("sysctl"))));
     }
 
     #[test]

@@ -13,7 +13,9 @@ mod beside;
 mod e2e;
 mod node;
 mod other_modes;
+mod traffic;
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -23,10 +25,13 @@ use anyhow::{Context, Result};
 use lab::controlplane::{ControlPlane, Forward};
 use lab::guest::Netns;
 use peers::compare::{self, Difference, Known};
+use peers::implied;
 use peers::scenario::{self, Scenario};
+use peers::state::Sections;
 
 use api::Cluster;
 use node::{NodeNs, Program};
+use traffic::Pods;
 
 /// How long a program may take to start and sync under emulation.
 const SYNC_LIMIT: Duration = Duration::from_secs(180);
@@ -61,6 +66,8 @@ struct Outcome {
     /// Per compared point (start, then each step): its name and differences.
     points: Vec<(String, Vec<Difference>)>,
     error: Option<String>,
+    /// How long the scenario took, start to end.
+    took: Duration,
 }
 
 impl Outcome {
@@ -68,7 +75,7 @@ impl Outcome {
         self.points
             .iter()
             .flat_map(|(p, d)| {
-                compare::classify(d, known)
+                compare::classify(d, known, &self.id)
                     .0
                     .into_iter()
                     .map(move |d| (p.as_str(), d))
@@ -128,28 +135,78 @@ fn common_args(
     Ok(args)
 }
 
-/// Reads both sides until each reads the same twice in a row (a sync may be in flight), then
-/// compares them.
-fn settle_and_compare(kp: &NodeNs, ag: &NodeNs) -> Vec<Difference> {
+/// Both sides' state, read until each reads the same twice in a row (a sync may be in
+/// flight), and their differences.
+struct Compared {
+    kube_proxy: Sections,
+    agent: Sections,
+    differences: Vec<Difference>,
+}
+
+/// Reads both sides until each reads the same twice in a row, then compares them; an error
+/// when a reader failed.
+fn settle_and_compare(kp: &NodeNs, ag: &NodeNs) -> Result<Compared> {
     let deadline = Instant::now() + Duration::from_secs(30);
     // Both sides read at once: each read is a dozen tool runs, slow under emulation.
-    let both = || {
+    let both = || -> Result<(Sections, Sections)> {
         std::thread::scope(|s| {
-            let k = s.spawn(|| kp.state());
-            let a = ag.state();
-            (k.join().expect("reading kube-proxy's state"), a)
+            let k = s.spawn(|| kp.try_state());
+            let a = ag.try_state();
+            Ok((k.join().expect("reading kube-proxy's state")?, a?))
         })
     };
-    let (mut k, mut a) = both();
+    let (mut k, mut a) = both()?;
     loop {
         std::thread::sleep(Duration::from_secs(1));
-        let (k2, a2) = both();
+        let (k2, a2) = both()?;
         let stable = k2 == k && a2 == a;
         (k, a) = (k2, a2);
         if stable || Instant::now() > deadline {
-            return compare::differences(&k, &a);
+            let differences = compare::differences(&k, &a);
+            return Ok(Compared {
+                kube_proxy: k,
+                agent: a,
+                differences,
+            });
         }
     }
+}
+
+/// The IP families (`true`: IPv6) of both the node's `eth0` addresses and its InternalIPs:
+/// those every IPVS-mode proxy serves on this node.
+fn families(s: &Scenario) -> BTreeSet<bool> {
+    let eth0: BTreeSet<bool> = s.node.addresses.iter().map(|a| a.contains(':')).collect();
+    s.internal_ips()
+        .iter()
+        .map(|a| a.contains(':'))
+        .filter(|v6| eth0.contains(v6))
+        .collect()
+}
+
+/// Checks each side against what the API server's objects imply ([`peers::implied`]): two
+/// programs that wrote the same wrong state (both empty, both stale) compare equal.
+fn check_implied(cluster: &Cluster, s: &Scenario, c: &Compared) -> Result<()> {
+    let implied = implied::implied(
+        &cluster.list_all("Service")?,
+        &cluster.list_all("EndpointSlice")?,
+        &families(s),
+    );
+    anyhow::ensure!(
+        !implied.is_empty(),
+        "the objects imply nothing: the oracle would pass any state"
+    );
+    let mut problems = Vec::new();
+    for (who, state) in [("kube-proxy", &c.kube_proxy), ("the agent", &c.agent)] {
+        for m in implied::missing(state, &implied) {
+            problems.push(format!("{who}: {m}"));
+        }
+    }
+    anyhow::ensure!(
+        problems.is_empty(),
+        "the state lacks what the API objects imply:\n{}",
+        problems.join("\n")
+    );
+    Ok(())
 }
 
 /// Upstream kube-proxy and the agent running as one scenario's node, side by side.
@@ -159,6 +216,17 @@ struct Pair {
     kube_proxy: Option<Program>,
     agent: Option<Program>,
     node: String,
+    /// The scenario's id (markers may be limited to scenarios).
+    scenario: String,
+    /// Each program's flags and the scenario's directory, for restarts.
+    kp_args: Vec<String>,
+    ag_args: Vec<String>,
+    dir: PathBuf,
+    restarts: usize,
+    /// Each side's pods and outside client, when the scenario sends traffic.
+    pods: Option<(Pods, Pods)>,
+    /// The scenario as its node now is (steps change the node).
+    now: Scenario,
     _kp_forward: Forward,
     ag_forward: Option<Forward>,
 }
@@ -181,6 +249,7 @@ impl Pair {
         cluster.apply(&scenario::objects(&s.objects)?)?;
         let kp = NodeNs::new("kp", s);
         let ag = NodeNs::new("ag", s);
+        let pods = (!s.pods.is_empty()).then(|| (Pods::start(&kp, s), Pods::start(&ag, s)));
         let kp_forward = cp.forward_into(kp.ns.name());
         let ag_forward = Some(cp.forward_into(ag.ns.name()));
         let kp_args = common_args(s, &node, &cp.kube_proxy_kubeconfig(), &dir, "kube-proxy")?;
@@ -190,7 +259,7 @@ impl Pair {
             // The real kube-proxy programs the agent's namespace first and is stopped there.
             let t = SystemTime::now();
             let mode = s.takeover_mode.as_deref().unwrap_or("ipvs");
-            let takeover_args: Vec<String> = kp_args
+            let takeover_args: Vec<String> = scenario::flags_over(&kp_args, &s.takeover_flags)
                 .iter()
                 .map(|a| match a.as_str() {
                     "--proxy-mode=ipvs" => format!("--proxy-mode={mode}"),
@@ -209,6 +278,10 @@ impl Pair {
             before.kill();
             cluster.delete(&s.deleted_before_start)?;
         }
+        for command in &s.foreign {
+            kp.ns.sh(command);
+            ag.ns.sh(command);
+        }
         let t = SystemTime::now();
         let kube_proxy = if with_kube_proxy {
             Some(kp.start(kube_proxy_bin, &kp_args, &dir.join("kube-proxy.log"))?)
@@ -222,6 +295,13 @@ impl Pair {
             kube_proxy,
             agent,
             node,
+            scenario: s.id.clone(),
+            kp_args,
+            ag_args,
+            dir,
+            restarts: 0,
+            pods,
+            now: s.clone(),
             _kp_forward: kp_forward,
             ag_forward,
         };
@@ -240,7 +320,7 @@ impl Pair {
         Ok(())
     }
 
-    /// Applies one step and waits until both have synced after it.
+    /// Applies one step and waits until both have seen it and synced after it.
     fn step(&mut self, cluster: &Cluster, step: &scenario::Step) -> Result<()> {
         let t = SystemTime::now();
         cluster.apply(&scenario::objects(&step.apply)?)?;
@@ -248,13 +328,161 @@ impl Pair {
         if !step.node_labels.is_empty() {
             cluster.label_node(&self.node, &step.node_labels)?;
         }
-        self.wait_synced(t)
-            .with_context(|| format!("step {:?}", step.name))
+        if let Some(change) = &step.node {
+            return self
+                .change_node(cluster, change, t)
+                .with_context(|| format!("step {:?}", step.name));
+        }
+        let mut waited = || {
+            // A program restarted after the change reads it whole at its start; one that kept
+            // running must have seen it.
+            let restarted = |who: &str| step.restart.iter().any(|r| r == who);
+            let restart_at = SystemTime::now();
+            if restarted("kube-proxy") {
+                self.restart_kube_proxy()?;
+            }
+            if restarted("agent") {
+                self.restart_agent()?;
+            }
+            if let Some(p) = &mut self.kube_proxy {
+                if restarted("kube-proxy") {
+                    self.kp.wait_synced(p, restart_at, SYNC_LIMIT)?;
+                } else if step.changes_objects() {
+                    self.kp.wait_synced_after_change(p, t, SYNC_LIMIT)?;
+                }
+            }
+            if let Some(p) = &mut self.agent {
+                if restarted("agent") {
+                    self.ag.wait_synced(p, restart_at, SYNC_LIMIT)?;
+                } else if step.changes_objects() {
+                    self.ag.wait_synced_after_change(p, t, SYNC_LIMIT)?;
+                }
+            }
+            anyhow::Ok(())
+        };
+        waited().with_context(|| format!("step {:?}", step.name))
+    }
+
+    /// The step's probes sent through both sides at once, and the differences in what each
+    /// answered (section `traffic`).
+    fn traffic(&self, step: &scenario::Step) -> Vec<Difference> {
+        let Some((kp_pods, ag_pods)) = &self.pods else {
+            return Vec::new();
+        };
+        let (k, a) = std::thread::scope(|scope| {
+            let k = scope.spawn(|| {
+                step.traffic
+                    .iter()
+                    .map(|p| kp_pods.probe(&self.kp, p))
+                    .collect::<Vec<_>>()
+            });
+            let a: Vec<String> = step
+                .traffic
+                .iter()
+                .map(|p| ag_pods.probe(&self.ag, p))
+                .collect();
+            (k.join().expect("kube-proxy's side of the traffic"), a)
+        });
+        compare::differences(
+            &Sections::from([("traffic", k)]),
+            &Sections::from([("traffic", a)]),
+        )
+    }
+
+    /// Changes the node (its addresses in both namespaces, its Node object), then, as a
+    /// DaemonSet would, starts again whichever program exited over it, and waits until each
+    /// has synced after the change.
+    fn change_node(
+        &mut self,
+        cluster: &Cluster,
+        change: &scenario::NodeChange,
+        t: SystemTime,
+    ) -> Result<()> {
+        for a in &change.add_addresses {
+            let nodad = if a.contains(':') { " nodad" } else { "" };
+            for ns in [&self.kp, &self.ag] {
+                ns.ns.sh(&format!("ip addr add {a} dev eth0{nodad}"));
+            }
+            self.now.node.addresses.push(a.clone());
+        }
+        if let Some(ips) = &change.internal_ips {
+            self.now.node.internal_ips = Some(ips.clone());
+        }
+        if let Some(cidrs) = &change.pod_cidrs {
+            self.now.node.pod_cidrs = cidrs.clone();
+            cluster.delete_node(&self.node)?;
+        }
+        cluster.apply_node(&self.node, &self.now)?;
+        // kube-proxy exits at once on the watch event; give either program time to.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let exited = |p: &mut Option<Program>| p.as_mut().is_some_and(|p| !p.running());
+            if exited(&mut self.kube_proxy) || exited(&mut self.agent) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let restart_at = SystemTime::now();
+        let kp_exited = self.kube_proxy.as_mut().is_some_and(|p| !p.running());
+        let ag_exited = self.agent.as_mut().is_some_and(|p| !p.running());
+        if kp_exited {
+            println!(
+                "peers: {}: kube-proxy exited over the node change; started again",
+                self.scenario
+            );
+            self.restart_kube_proxy()?;
+        }
+        if ag_exited {
+            println!(
+                "peers: {}: the agent exited over the node change; started again",
+                self.scenario
+            );
+            self.restart_agent()?;
+        }
+        if let Some(p) = &mut self.kube_proxy {
+            self.kp
+                .wait_synced(p, if kp_exited { restart_at } else { t }, SYNC_LIMIT)?;
+        }
+        if let Some(p) = &mut self.agent {
+            self.ag
+                .wait_synced(p, if ag_exited { restart_at } else { t }, SYNC_LIMIT)?;
+        }
+        Ok(())
+    }
+
+    /// Kills kube-proxy (SIGKILL: its state stays) and starts it again with its flags.
+    fn restart_kube_proxy(&mut self) -> Result<()> {
+        if let Some(p) = self.kube_proxy.take() {
+            p.kill();
+        }
+        self.restarts += 1;
+        let log = self.dir.join(format!("kube-proxy-{}.log", self.restarts));
+        self.kube_proxy = Some(self.kp.start(&kube_proxy(), &self.kp_args, &log)?);
+        Ok(())
+    }
+
+    /// Kills the agent (SIGKILL) and starts it again with its flags.
+    fn restart_agent(&mut self) -> Result<()> {
+        if let Some(p) = self.agent.take() {
+            p.kill();
+        }
+        self.restarts += 1;
+        let log = self.dir.join(format!("agent-{}.log", self.restarts));
+        self.agent = Some(self.ag.start(&agent(), &self.ag_args, &log)?);
+        Ok(())
+    }
+
+    /// Both sides' state once it has settled, and the differences.
+    fn read(&self) -> Result<Compared> {
+        settle_and_compare(&self.kp, &self.ag)
     }
 
     /// The differences once both sides' state has settled.
     fn compare(&self) -> Vec<Difference> {
-        settle_and_compare(&self.kp, &self.ag)
+        self.read()
+            .unwrap_or_else(|e| panic!("reading the state: {e:#}"))
+            .differences
     }
 
     /// Cuts the agent off from the API server (its forwarder and open connections closed).
@@ -288,10 +516,17 @@ fn run_scenario(
     out: &mut Outcome,
 ) -> Result<()> {
     let mut pair = Pair::start(cp, cluster, s, true)?;
-    out.points.push(("start".into(), pair.compare()));
+    let point = |pair: &Pair, name: &str| -> Result<(String, Vec<Difference>)> {
+        let c = pair.read().with_context(|| format!("at {name}"))?;
+        check_implied(cluster, s, &c).with_context(|| format!("at {name}"))?;
+        Ok((name.to_string(), c.differences))
+    };
+    out.points.push(point(&pair, "start")?);
     for step in &s.steps {
         pair.step(cluster, step)?;
-        out.points.push((step.name.clone(), pair.compare()));
+        let (name, mut differences) = point(&pair, &step.name)?;
+        differences.extend(pair.traffic(step));
+        out.points.push((name, differences));
         out.steps += 1;
     }
     Ok(())
@@ -313,14 +548,16 @@ fn selected(all: Vec<Scenario>) -> Vec<Scenario> {
 
 /// The results as Markdown: the table, then every difference with what explains it.
 fn report(outcomes: &[Outcome], known: &[Known]) -> String {
-    let mut t = String::from("| scenario | steps | differences | verdict |\n|---|---|---|---|\n");
+    let mut t = String::from(
+        "| scenario | steps | differences | verdict | time |\n|---|---|---|---|---|\n",
+    );
     let mut details = String::new();
     for o in outcomes {
         let all: usize = o.points.iter().map(|(_, d)| d.len()).sum();
         let unexplained = o.unexplained(known);
         let mut ids = std::collections::BTreeMap::<String, usize>::new();
         for (_, d) in &o.points {
-            for (id, n) in compare::classify(d, known).1 {
+            for (id, n) in compare::classify(d, known, &o.id).1 {
                 *ids.entry(id).or_default() += n;
             }
         }
@@ -336,7 +573,15 @@ fn report(outcomes: &[Outcome], known: &[Known]) -> String {
         } else {
             format!("{all} ({})", listed.join(", "))
         };
-        let _ = writeln!(t, "| {} | {} | {} | {} |", o.id, o.steps, diffs, verdict);
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {:.0} s |",
+            o.id,
+            o.steps,
+            diffs,
+            verdict,
+            o.took.as_secs_f64()
+        );
         if let Some(e) = &o.error {
             let _ = writeln!(details, "\n### {}: error\n\n```\n{e}\n```", o.id);
         }
@@ -379,7 +624,7 @@ fn connect() -> (
 fn compare_clean(pair: &Pair, when: &str) {
     let known = compare::known(peers::embedded::README).expect("README's peers-diff markers");
     let diffs = pair.compare();
-    let (left, _) = compare::classify(&diffs, &known);
+    let (left, _) = compare::classify(&diffs, &known, &pair.scenario);
     assert!(
         left.is_empty(),
         "{when}: differences the README does not list:\n{}",
@@ -398,7 +643,10 @@ fn compare_clean_within(pair: &Pair, when: &str, limit: Duration) {
     let known = compare::known(peers::embedded::README).expect("README's peers-diff markers");
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        if compare::classify(&pair.compare(), &known).0.is_empty() {
+        if compare::classify(&pair.compare(), &known, &pair.scenario)
+            .0
+            .is_empty()
+        {
             return;
         }
         std::thread::sleep(Duration::from_secs(2));
@@ -421,10 +669,12 @@ fn differential_corpus_kube_proxy_and_the_agent_program_the_same_state() {
             steps: 0,
             points: Vec::new(),
             error: None,
+            took: Duration::ZERO,
         };
         if let Err(e) = run_scenario(&cp, &cluster, s, &mut o) {
             o.error = Some(format!("{e:#}"));
         }
+        o.took = started.elapsed();
         println!("peers: {} done in {:.0?}", s.id, started.elapsed());
         // As it goes, for whoever watches a long run.
         print!("{}", report(std::slice::from_ref(&o), &known));

@@ -238,6 +238,21 @@ impl Cluster {
             .collect())
     }
 
+    /// Every object of `kind` in every namespace, as JSON.
+    pub fn list_all(&self, kind: &str) -> Result<Vec<serde_json::Value>> {
+        self.rt.block_on(async {
+            let items = self
+                .api(kind, None)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            items
+                .into_iter()
+                .map(|o| Ok(serde_json::to_value(o)?))
+                .collect()
+        })
+    }
+
     /// Deletes every Service and EndpointSlice of the scenarios' namespace and the scenarios'
     /// Nodes (`peers-*`).
     pub fn clear(&self) -> Result<()> {

@@ -68,6 +68,9 @@ fn e2e_the_agent_follows_the_api_server_through_its_restart() {
         apply: numbered(1, 9),
         delete: vec!["Service/db".into()],
         node_labels: Default::default(),
+        restart: vec![],
+        traffic: vec![],
+        node: None,
     };
     pair.step(&cluster, &step)
         .expect("the change after the restart");
@@ -209,6 +212,9 @@ fn e2e_the_node_deleted_and_made_again() {
         apply: numbered(3, 4),
         delete: vec![],
         node_labels: Default::default(),
+        restart: vec![],
+        traffic: vec![],
+        node: None,
     };
     pair.step(&cluster, &step).expect("the change");
     pair.wait_synced(t).expect("synced");
@@ -254,6 +260,9 @@ fn e2e_a_health_check_port_another_program_holds_is_an_event_on_its_service() {
         apply: health_checked(held),
         delete: vec![],
         node_labels: Default::default(),
+        restart: vec![],
+        traffic: vec![],
+        node: None,
     };
     pair.step(&cluster, &step).expect("the load balancer");
     // Each program reports it once on the Service, kube-proxy as "kube-proxy".

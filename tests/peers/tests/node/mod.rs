@@ -77,9 +77,15 @@ impl NodeNs {
         NodeNs { ns }
     }
 
-    /// The kernel state of the namespace, normalised, by section.
+    /// The kernel state of the namespace, normalised, by section; an error when a reader
+    /// failed.
+    pub fn try_state(&self) -> Result<Sections> {
+        parse(&self.ns.sh(&script())).with_context(|| format!("reading {}", self.ns.name()))
+    }
+
+    /// [`NodeNs::try_state`], for tests that stop at a failed reader.
     pub fn state(&self) -> Sections {
-        parse(&self.ns.sh(&script()))
+        self.try_state().unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// A TCP listener on every IPv4 address of the namespace at `port`, held until dropped:
@@ -124,12 +130,18 @@ impl NodeNs {
     /// [`NodeNs::wait_synced`]); with the oldest family's last sync and the health answer,
     /// for a message.
     pub fn sync_status(&self, since: SystemTime) -> (bool, Option<f64>, bool) {
-        self.sync_status_of(since, None)
+        self.sync_status_of(since, None, false)
     }
 
     /// As [`NodeNs::sync_status`], for one IP family (`IPv4` or `IPv6`, the `ip_family`
-    /// label) when `family` names one.
-    fn sync_status_of(&self, since: SystemTime, family: Option<&str>) -> (bool, Option<f64>, bool) {
+    /// label) when `family` names one; with `event`, only once a change was queued at or
+    /// after `since` (the program has seen the change made then).
+    fn sync_status_of(
+        &self,
+        since: SystemTime,
+        family: Option<&str>,
+        event: bool,
+    ) -> (bool, Option<f64>, bool) {
         let since = secs(since);
         let metrics = self.get("127.0.0.1:10249", "/metrics").map(|(code, body)| {
             let body = match family {
@@ -139,9 +151,9 @@ impl NodeNs {
             (code, body)
         });
         let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
-        let caught_up = metrics
-            .as_ref()
-            .is_some_and(|(_, body)| caught_up(body, since));
+        let caught_up = metrics.as_ref().is_some_and(|(_, body)| {
+            caught_up(body, since) && (!event || queued_since(body, since))
+        });
         let healthy = self
             .get("127.0.0.1:10256", "/healthz")
             .is_some_and(|(c, _)| c == 200);
@@ -164,6 +176,20 @@ impl NodeNs {
         self.wait_synced_of(program, since, limit, None)
     }
 
+    /// As [`NodeNs::wait_synced`], after a change made at `since`: only once the program has
+    /// queued a sync for a change at or after `since` (kube-proxy's
+    /// `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds`, which moves when a watched
+    /// change reaches the proxier) and synced after it. A sync that ended after `since` for
+    /// another reason, before the change arrived, does not count.
+    pub fn wait_synced_after_change(
+        &self,
+        program: &mut Program,
+        since: SystemTime,
+        limit: Duration,
+    ) -> Result<()> {
+        self.wait(program, since, limit, None, true)
+    }
+
     /// As [`NodeNs::wait_synced`], for one IP family when `family` names one (`IPv4` or
     /// `IPv6`): kube-proxy's iptables and nftables modes, run alone in a namespace, may never
     /// report a sync of a family that has no node address there.
@@ -174,19 +200,35 @@ impl NodeNs {
         limit: Duration,
         family: Option<&str>,
     ) -> Result<()> {
+        self.wait(program, since, limit, family, false)
+    }
+
+    fn wait(
+        &self,
+        program: &mut Program,
+        since: SystemTime,
+        limit: Duration,
+        family: Option<&str>,
+        event: bool,
+    ) -> Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = program.child.try_wait()? {
                 bail!("{} exited ({status}):\n{}", program.name, program.tail(30));
             }
-            let (synced, last, healthy) = self.sync_status_of(since, family);
+            let (synced, last, healthy) = self.sync_status_of(since, family, event);
             if synced {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 let since = secs(since);
+                let seen = if event {
+                    ", after a change queued then"
+                } else {
+                    ""
+                };
                 bail!(
-                    "{} did not sync within {limit:?} (last sync {last:?}, wanted >= {since:.1}, healthz {healthy}):\n{}",
+                    "{} did not sync within {limit:?} (last sync {last:?}, wanted >= {since:.1}{seen}, healthz {healthy}):\n{}",
                     program.name,
                     program.tail(30)
                 );
@@ -253,6 +295,16 @@ fn caught_up(metrics: &str, since: f64) -> bool {
         .all(|(labels, q)| synced.get(labels).is_some_and(|s| s >= q))
 }
 
+/// Whether some family queued a sync at or after `since`.
+fn queued_since(metrics: &str, since: f64) -> bool {
+    samples(
+        metrics,
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    )
+    .values()
+    .any(|q| *q >= since)
+}
+
 /// A program running in a namespace; killed when dropped.
 pub struct Program {
     child: Child,
@@ -306,6 +358,9 @@ mod tests {
                  kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 80\n";
         assert!(!caught_up(m, 100.0));
         assert!(caught_up(&m.replace("} 104", "} 106"), 100.0));
+        // Caught up, but with nothing queued since 106: the change is not seen yet.
+        assert!(caught_up(m, 106.0) && !queued_since(m, 106.0));
+        assert!(queued_since(m, 105.0));
     }
 
     #[test]

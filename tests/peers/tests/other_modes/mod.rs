@@ -133,24 +133,11 @@ fn a_node_kube_proxy_ran_in_iptables_or_nftables_mode_keeps_nothing_of_that_mode
             "{mode}: nftables mode's table left:\n{tables}"
         );
 
-        // The agent's state is IPVS mode's. The only differences allowed beyond the README's
-        // are tables and built-in chains the other mode made and left empty (no KUBE- line):
-        // iptables cannot delete a table.
+        // The agent's state is IPVS mode's: what the other mode left on purpose, or could
+        // not remove, is explained by the README's markers for these scenarios.
         let diffs = pair.compare();
-        let (unlisted, _) = compare::classify(&diffs, &known);
-        // iptables mode's localnet guard and the sysctl it guards stay (README, "The other
-        // modes' rules go"): the kubelet makes the same chain.
-        let kept = |d: &compare::Difference| {
-            mode == "iptables"
-                && (d.line.contains("KUBE-FIREWALL")
-                    || d.line.starts_with("net/ipv4/conf/all/route_localnet"))
-        };
-        let unlisted: Vec<String> = unlisted
-            .into_iter()
-            .filter(|d| !kept(d))
-            .filter(|d| !d.section.contains("tables") || d.line.contains("KUBE-"))
-            .map(|d| d.to_string())
-            .collect();
+        let (unlisted, _) = compare::classify(&diffs, &known, &s.id);
+        let unlisted: Vec<String> = unlisted.into_iter().map(|d| d.to_string()).collect();
         assert!(
             unlisted.is_empty(),
             "{mode}: the agent's state differs from kube-proxy's IPVS mode:\n{}",
