@@ -20,8 +20,9 @@ k() { "$KUBECTL" "$@"; }
 # The marks are read on the clients' node: its log timestamps are its clock's, and an
 # emulated machine's clock drifts from the host's.
 now() { k -n swap-traffic exec via-cluster-ip -- date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
-nodes=$(k get nodes -o jsonpath='{.items[*].metadata.name}')
-first=${nodes%% *} last=${nodes##* }
+# (not `nodes`: run.sh exports that, the node count, to the e2e run between the swaps)
+node_names=$(k get nodes -o jsonpath='{.items[*].metadata.name}')
+first=${node_names%% *} last=${node_names##* }
 first_ip=$(k get node "$first" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
 
 k create namespace swap-traffic >/dev/null
