@@ -111,8 +111,28 @@ pub fn differences(kube_proxy: &Sections, agent: &Sections) -> Vec<Difference> {
 }
 
 /// The first line out of place among the lines both sides have: each side's lines with the
-/// occurrences the other lacks left out, compared in order.
+/// occurrences the other lacks left out, compared in order. A line is taken with the `*table`
+/// line above it (iptables-save repeats `:INPUT ACCEPT` in each table), so that a table one
+/// side alone has does not shift the others.
 fn first_out_of_order(k: &[String], a: &[String]) -> Option<String> {
+    let qualified = |lines: &[String]| {
+        let mut table = String::new();
+        lines
+            .iter()
+            .map(|l| {
+                if l.starts_with('*') {
+                    table = l.clone();
+                    l.clone()
+                } else if table.is_empty() {
+                    l.clone()
+                } else {
+                    format!("{table} {l}")
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let (k, a) = (qualified(k), qualified(a));
+    let (k, a) = (k.as_slice(), a.as_slice());
     let mut in_a: BTreeMap<&str, usize> = BTreeMap::new();
     for l in a {
         *in_a.entry(l).or_default() += 1;
@@ -573,7 +593,35 @@ mod tests {
         ]);
         assert_eq!(
             unexplained(&k, &a, "001-cluster-ip-rr"),
-            ["iptables-nft [order differs] -A KUBE-SERVICES -j A"]
+            ["iptables-nft [order differs] *nat -A KUBE-SERVICES -j A"]
+        );
+        // A table one side alone has, its built-in chains repeated, shifts nothing.
+        let k = sections(&[(
+            "iptables-nft",
+            &[
+                "*filter",
+                ":INPUT ACCEPT",
+                "*nat",
+                ":INPUT ACCEPT",
+                "-A KUBE-SERVICES -j A",
+            ],
+        )]);
+        let a = sections(&[(
+            "iptables-nft",
+            &[
+                "*filter",
+                ":INPUT ACCEPT",
+                "*mangle",
+                ":INPUT ACCEPT",
+                "*nat",
+                ":INPUT ACCEPT",
+                "-A KUBE-SERVICES -j A",
+            ],
+        )]);
+        assert!(
+            !differences(&k, &a).iter().any(|d| d.side == Side::Order),
+            "{:?}",
+            differences(&k, &a)
         );
     }
 }

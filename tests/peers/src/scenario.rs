@@ -197,6 +197,10 @@ pub struct Probe {
     /// The HTTP path.
     #[serde(default)]
     pub path: Option<String>,
+    /// How many requests each side must get an answer to (default: all of them): two sides
+    /// that both failed would otherwise compare equal.
+    #[serde(default)]
+    pub answered: Option<usize>,
 }
 
 fn default_protocol() -> String {
@@ -226,6 +230,9 @@ impl Probe {
         let port = self.to.rsplit_once(':').map(|(_, p)| p);
         if port.and_then(|p| p.parse::<u16>().ok()).is_none() {
             bail!("to {:?}: ADDRESS:PORT or node:PORT", self.to);
+        }
+        if self.answered.is_some_and(|n| n > self.requests) {
+            bail!("answered: more than the {} requests", self.requests);
         }
         if self.source_port.is_some() && self.protocol != "udp" {
             bail!("source_port: only for udp");

@@ -68,6 +68,8 @@ struct Outcome {
     error: Option<String>,
     /// How long the scenario took, start to end.
     took: Duration,
+    /// What its probes got, by step: kube-proxy's answers (the agent's where they differ).
+    traffic: Vec<String>,
 }
 
 impl Outcome {
@@ -201,7 +203,9 @@ fn check_implied(cluster: &Cluster, s: &Scenario, c: &Compared) -> Result<()> {
                 .any(|(_, lines)| lines.iter().any(|l| l.contains(start)))
         };
         if !has("ipset", "create KUBE-") || !has("tables", "-A KUBE-") {
-            problems.push(format!("{who}: no KUBE- set or no KUBE- rule: an empty state"));
+            problems.push(format!(
+                "{who}: no KUBE- set or no KUBE- rule: an empty state"
+            ));
         }
         for m in implied::missing(state, &implied) {
             problems.push(format!("{who}: {m}"));
@@ -369,11 +373,12 @@ impl Pair {
         waited().with_context(|| format!("step {:?}", step.name))
     }
 
-    /// The step's probes sent through both sides at once, and the differences in what each
-    /// answered (section `traffic`).
-    fn traffic(&self, step: &scenario::Step) -> Vec<Difference> {
+    /// The step's probes sent through both sides at once: the differences in what each
+    /// answered (section `traffic`) and kube-proxy's lines (the agent's where they differ);
+    /// an error when a side got fewer answers than a probe requires.
+    fn traffic(&self, step: &scenario::Step) -> Result<(Vec<Difference>, Vec<String>)> {
         let Some((kp_pods, ag_pods)) = &self.pods else {
-            return Vec::new();
+            return Ok((Vec::new(), Vec::new()));
         };
         let (k, a) = std::thread::scope(|scope| {
             let k = scope.spawn(|| {
@@ -382,17 +387,37 @@ impl Pair {
                     .map(|p| kp_pods.probe(&self.kp, p))
                     .collect::<Vec<_>>()
             });
-            let a: Vec<String> = step
+            let a: Vec<(String, usize)> = step
                 .traffic
                 .iter()
                 .map(|p| ag_pods.probe(&self.ag, p))
                 .collect();
             (k.join().expect("kube-proxy's side of the traffic"), a)
         });
-        compare::differences(
-            &Sections::from([("traffic", k)]),
-            &Sections::from([("traffic", a)]),
-        )
+        let mut problems = Vec::new();
+        let mut shown = Vec::new();
+        for ((p, (kl, kn)), (al, an)) in step.traffic.iter().zip(&k).zip(&a) {
+            let want = p.answered.unwrap_or(p.requests);
+            for (who, line, n) in [("kube-proxy", kl, kn), ("the agent", al, an)] {
+                if *n != want {
+                    problems.push(format!(
+                        "{who}: {n} of {} answered, {want} wanted: {line}",
+                        p.requests
+                    ));
+                }
+            }
+            shown.push(format!("kube-proxy: {kl}"));
+            if al != kl {
+                shown.push(format!("the agent:  {al}"));
+            }
+        }
+        anyhow::ensure!(problems.is_empty(), "traffic:\n{}", problems.join("\n"));
+        let lines = |v: &[(String, usize)]| v.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>();
+        let diffs = compare::differences(
+            &Sections::from([("traffic", lines(&k))]),
+            &Sections::from([("traffic", lines(&a))]),
+        );
+        Ok((diffs, shown))
     }
 
     /// Changes the node (its addresses in both namespaces, its Node object), then, as a
@@ -531,7 +556,12 @@ fn run_scenario(
     for step in &s.steps {
         pair.step(cluster, step)?;
         let (name, mut differences) = point(&pair, &step.name)?;
-        differences.extend(pair.traffic(step));
+        let (traffic, shown) = pair
+            .traffic(step)
+            .with_context(|| format!("at {}", step.name))?;
+        differences.extend(traffic);
+        out.traffic
+            .extend(shown.into_iter().map(|l| format!("{}: {l}", step.name)));
         out.points.push((name, differences));
         out.steps += 1;
     }
@@ -590,6 +620,13 @@ fn report(outcomes: &[Outcome], known: &[Known]) -> String {
         );
         if let Some(e) = &o.error {
             let _ = writeln!(details, "\n### {}: error\n\n```\n{e}\n```", o.id);
+        }
+        if !o.traffic.is_empty() {
+            let _ = writeln!(details, "\n### {}: traffic\n\n```", o.id);
+            for l in &o.traffic {
+                let _ = writeln!(details, "{l}");
+            }
+            let _ = writeln!(details, "```");
         }
         if !unexplained.is_empty() {
             let _ = writeln!(details, "\n### {}: differences not listed\n\n```", o.id);
@@ -676,6 +713,7 @@ fn differential_corpus_kube_proxy_and_the_agent_program_the_same_state() {
             points: Vec::new(),
             error: None,
             took: Duration::ZERO,
+            traffic: Vec::new(),
         };
         if let Err(e) = run_scenario(&cp, &cluster, s, &mut o) {
             o.error = Some(format!("{e:#}"));

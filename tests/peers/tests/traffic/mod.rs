@@ -16,6 +16,9 @@ use peers::scenario::{Probe, Scenario};
 
 use super::node::NodeNs;
 
+/// How a request that got no answer is written.
+const NO_ANSWER: &str = "no answer";
+
 /// How long one request may take to connect and to be answered (emulation is slow).
 const WAIT: Duration = Duration::from_secs(3);
 
@@ -74,8 +77,9 @@ impl Pods {
         }
     }
 
-    /// Sends `probe`'s requests from its side and says what came back, as one line.
-    pub fn probe(&self, node: &NodeNs, probe: &Probe) -> String {
+    /// Sends `probe`'s requests from its side and says what came back, as one line, with
+    /// how many were answered.
+    pub fn probe(&self, node: &NodeNs, probe: &Probe) -> (String, usize) {
         let to = match probe.to.strip_prefix("node:") {
             Some(port) => format!("{}:{port}", self.node_ip),
             None => probe.to.clone(),
@@ -97,17 +101,19 @@ impl Pods {
                         "http" => ask_http(addr, p.path.as_deref().unwrap_or("/")),
                         _ => ask_tcp(addr),
                     };
-                    answer.unwrap_or_else(|e| format!("no answer ({})", error_kind(&e)))
+                    answer.unwrap_or_else(|e| format!("{NO_ANSWER} ({})", error_kind(&e)))
                 })
                 .collect()
         });
-        format!(
+        let answered = answers.iter().filter(|a| !a.starts_with(NO_ANSWER)).count();
+        let line = format!(
             "{} {} from {}: {}",
             probe.protocol,
             probe.to,
             probe.from,
             summary(&answers, probe.shape)
-        )
+        );
+        (line, answered)
     }
 }
 
