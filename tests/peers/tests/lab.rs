@@ -484,23 +484,29 @@ impl Pair {
 
     /// Kills kube-proxy (SIGKILL: its state stays) and starts it again with its flags.
     fn restart_kube_proxy(&mut self) -> Result<()> {
-        if let Some(p) = self.kube_proxy.take() {
-            p.kill();
-        }
         self.restarts += 1;
         let log = self.dir.join(format!("kube-proxy-{}.log", self.restarts));
-        self.kube_proxy = Some(self.kp.start(&kube_proxy(), &self.kp_args, &log)?);
+        self.kube_proxy = Some(restarted(
+            self.kube_proxy.take(),
+            &self.kp,
+            &kube_proxy(),
+            &self.kp_args,
+            &log,
+        )?);
         Ok(())
     }
 
     /// Kills the agent (SIGKILL) and starts it again with its flags.
     fn restart_agent(&mut self) -> Result<()> {
-        if let Some(p) = self.agent.take() {
-            p.kill();
-        }
         self.restarts += 1;
         let log = self.dir.join(format!("agent-{}.log", self.restarts));
-        self.agent = Some(self.ag.start(&agent(), &self.ag_args, &log)?);
+        self.agent = Some(restarted(
+            self.agent.take(),
+            &self.ag,
+            &agent(),
+            &self.ag_args,
+            &log,
+        )?);
         Ok(())
     }
 
@@ -538,6 +544,21 @@ impl Pair {
             .map(|a| a.tail(usize::MAX))
             .unwrap_or_default()
     }
+}
+
+/// `old` killed (SIGKILL: neither program removes its state on exit), then `program` started
+/// again in `ns` with `args`, its output in `log`.
+fn restarted(
+    old: Option<Program>,
+    ns: &NodeNs,
+    program: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<Program> {
+    if let Some(p) = old {
+        p.kill();
+    }
+    ns.start(program, args, log)
 }
 
 fn run_scenario(
