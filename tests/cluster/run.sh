@@ -288,6 +288,12 @@ rc=0
 if [[ $e2e == 1 ]]; then
     e2e "$focus" "$skip" "$out" || rc=$?
 fi
+# The service proxy's own account of the run, before the cluster goes: its pods' logs (kube-system
+# holds nothing else: CoreDNS runs on the host).
+mkdir -p "$out/proxy-logs"
+for pod in $(kubectl -n kube-system get pods -o name 2>/dev/null); do
+    kubectl -n kube-system logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
+done
 if [[ $swap == 1 ]]; then
     # Between the two swaps the agent serves the cluster kube-proxy set up: the Conformance
     # Services tests judge it there too.
