@@ -66,7 +66,7 @@ spec:
   containers:
   - name: client
     image: registry.k8s.io/e2e-test-images/agnhost:2.66.1
-    command: [sh, -c, 'while :; do if curl -fsS -m 1 -o /dev/null $url; then echo ok; else echo fail; fi; done']
+    command: [sh, -c, 'while :; do if t=\$(curl -fsS -m 1 -o /dev/null -w "%{time_total}" $url); then echo "ok \$t"; else echo fail; fi; done']
 EOF
 }
 client via-cluster-ip "http://$cip/hostname"

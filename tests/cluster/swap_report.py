@@ -5,8 +5,10 @@ two answered requests, or from the phase's start to the first or from the last t
 
     swap_report.py OUT_DIR "PHASE=RFC3339" ... (the marks, in order; the last ends the run)
 
-Reads OUT_DIR/via-*.log (`kubectl logs --timestamps`: "TIME ok|fail"). Prints markdown;
-exits 1 when a request failed.
+Reads OUT_DIR/via-*.log (`kubectl logs --timestamps`: "TIME ok SECONDS" with curl's own
+time for the request, or "TIME fail"). The slowest answered request tells a client starved of
+CPU (long gaps, fast requests) from a slow path (slow requests). Prints markdown; exits 1 when
+a request failed.
 """
 
 import datetime
@@ -26,8 +28,8 @@ def main():
     out, marks = sys.argv[1], [m.split("=", 1) for m in sys.argv[2:]]
     marks = [(name, parse_time(t)) for name, t in marks]
     phases = [(marks[i][0], marks[i][1], marks[i + 1][1]) for i in range(len(marks) - 1)]
-    lines = ["| phase | client | requests | failed | longest without an answer |",
-             "|---|---|---|---|---|"]
+    lines = ["| phase | client | requests | failed | longest without an answer | slowest answer |",
+             "|---|---|---|---|---|---|"]
     failed_any = False
     for path in sorted(glob.glob(os.path.join(out, "via-*.log"))):
         client = os.path.basename(path).removesuffix(".log")
@@ -35,16 +37,18 @@ def main():
         with open(path) as f:
             for raw in f:
                 parts = raw.split()
-                if len(parts) == 2 and parts[1] in ("ok", "fail"):
-                    events.append((parse_time(parts[0]), parts[1] == "ok"))
+                if len(parts) >= 2 and parts[1] in ("ok", "fail"):
+                    took = float(parts[2]) if parts[1] == "ok" and len(parts) > 2 else 0.0
+                    events.append((parse_time(parts[0]), parts[1] == "ok", took))
         for name, start, end in phases:
             inside = [e for e in events if start <= e[0] < end]
-            oks = [start] + [t for t, ok in inside if ok] + [end]
+            oks = [start] + [t for t, ok, _ in inside if ok] + [end]
             gap = max(b - a for a, b in zip(oks, oks[1:]))
-            failed = sum(1 for _, ok in inside if not ok)
+            failed = sum(1 for _, ok, _ in inside if not ok)
+            slowest = max((took for _, ok, took in inside if ok), default=0.0)
             failed_any |= failed > 0 or not inside
             lines.append(f"| {name} | {client} | {len(inside)} | {failed} | "
-                         f"{gap.total_seconds():.2f} s |")
+                         f"{gap.total_seconds():.2f} s | {slowest:.3f} s |")
     print("\n".join(lines))
     return 1 if failed_any else 0
 
