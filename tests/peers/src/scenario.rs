@@ -362,6 +362,12 @@ impl Scenario {
                 if n.add_addresses.iter().any(|a| !a.contains('/')) {
                     bail!("step {:?}: node addresses in CIDR notation", s.name);
                 }
+                if !s.restart.is_empty() {
+                    bail!(
+                        "step {:?}: a node change restarts what exits over it; no restart: too",
+                        s.name
+                    );
+                }
                 if n.add_addresses.is_empty() && n.internal_ips.is_none() && n.pod_cidrs.is_none() {
                     bail!("step {:?}: a node change that changes nothing", s.name);
                 }
@@ -509,6 +515,8 @@ mod checks {
         assert!(parse("x", &format!("{base}- name: nothing\n")).is_err());
         assert!(parse("x", &format!("{base}- name: r\n  restart: [agent]\n")).is_ok());
         assert!(parse("x", &format!("{base}- name: r\n  restart: [kubelet]\n")).is_err());
+        let both = "- name: n\n  node: {internal_ips: [192.168.50.11]}\n  restart: [agent]\n";
+        assert!(parse("x", &format!("{base}{both}")).is_err());
         let foreign = "description: x\nforeign: [\"ipvsadm -A -t 198.18.0.1:80 -s rr; reboot\"]\n";
         assert!(parse("x", foreign).is_err());
     }

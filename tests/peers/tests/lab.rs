@@ -346,23 +346,23 @@ impl Pair {
         let mut waited = || {
             // A program restarted after the change reads it whole at its start; one that kept
             // running must have seen it.
-            let restarted = |who: &str| step.restart.iter().any(|r| r == who);
+            let asked = |who: &str| step.restart.iter().any(|r| r == who);
             let restart_at = SystemTime::now();
-            if restarted("kube-proxy") {
+            if asked("kube-proxy") {
                 self.restart_kube_proxy()?;
             }
-            if restarted("agent") {
+            if asked("agent") {
                 self.restart_agent()?;
             }
             if let Some(p) = &mut self.kube_proxy {
-                if restarted("kube-proxy") {
+                if asked("kube-proxy") {
                     self.kp.wait_synced(p, restart_at, SYNC_LIMIT)?;
                 } else if step.changes_objects() {
                     self.kp.wait_synced_after_change(p, t, SYNC_LIMIT)?;
                 }
             }
             if let Some(p) = &mut self.agent {
-                if restarted("agent") {
+                if asked("agent") {
                     self.ag.wait_synced(p, restart_at, SYNC_LIMIT)?;
                 } else if step.changes_objects() {
                     self.ag.wait_synced_after_change(p, t, SYNC_LIMIT)?;
