@@ -91,7 +91,17 @@ cleanup() {
         echo "cluster: up; KUBECONFIG=$run/admin.kubeconfig; press Enter to tear it down" >&2
         read -r _ || true
     fi
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    # Last started, first stopped (etcd goes after the API server); whatever has not ended
+    # 20 s later is killed: the API server's graceful shutdown can wait for ever on etcd.
+    local i
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null; done
+    for _ in $(seq 20); do
+        local alive=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [[ $alive == 0 ]] && break
+        sleep 1
+    done
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
     for i in $(seq "$nodes"); do
         ip route del "$pods.$i.0/24" 2>/dev/null

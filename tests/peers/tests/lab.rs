@@ -332,6 +332,7 @@ impl Pair {
 
     /// Applies one step and waits until both have seen it and synced after it.
     fn step(&mut self, cluster: &Cluster, step: &scenario::Step) -> Result<()> {
+        let (kp_mark, ag_mark) = (self.kp.sync_mark(), self.ag.sync_mark());
         let t = SystemTime::now();
         cluster.apply(&scenario::objects(&step.apply)?)?;
         cluster.delete(&step.delete)?;
@@ -358,14 +359,16 @@ impl Pair {
                 if asked("kube-proxy") {
                     self.kp.wait_synced(p, restart_at, SYNC_LIMIT)?;
                 } else if step.changes_objects() {
-                    self.kp.wait_synced_after_change(p, t, SYNC_LIMIT)?;
+                    self.kp
+                        .wait_synced_after_change(p, t, SYNC_LIMIT, kp_mark.clone())?;
                 }
             }
             if let Some(p) = &mut self.agent {
                 if asked("agent") {
                     self.ag.wait_synced(p, restart_at, SYNC_LIMIT)?;
                 } else if step.changes_objects() {
-                    self.ag.wait_synced_after_change(p, t, SYNC_LIMIT)?;
+                    self.ag
+                        .wait_synced_after_change(p, t, SYNC_LIMIT, ag_mark.clone())?;
                 }
             }
             anyhow::Ok(())

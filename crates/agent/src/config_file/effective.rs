@@ -1,7 +1,7 @@
 //! What the rest of the agent reads from a loaded configuration: periods, addresses, sysctls,
 //! and the model's [`ProxyConfig`].
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -182,6 +182,12 @@ impl KubeProxyConfiguration {
             local_detector,
             nodeport_addresses,
             nodeport_primary: self.node_port_addresses.iter().any(|a| a == "primary"),
+            bind_address: self
+                .bind_address
+                .parse::<IpAddr>()
+                .ok()
+                .filter(|ip| !ip.is_unspecified()),
+            node_ips: Vec::new(),
             exclude_cidrs,
             random_fully: true,
             strict_arp: self.ipvs.strict_arp,

@@ -1,6 +1,7 @@
 //! The part of the configuration that shapes the desired kernel state.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -42,6 +43,12 @@ pub struct ProxyConfig {
     /// `--nodeport-addresses=primary`: NodePorts are served on the Node's primary address of
     /// each family only (from the Node object).
     pub nodeport_primary: bool,
+    /// `--bind-address` when it names one address: kube-proxy takes it as the node's IP of
+    /// its family, ahead of the Node's addresses.
+    pub bind_address: Option<IpAddr>,
+    /// The node's IP of each family, as kube-proxy's `nodeIPs`: filled by the model from
+    /// [`bind_address`](Self::bind_address) and the Node object, never set by hand.
+    pub node_ips: Vec<IpAddr>,
     /// `--ipvs-exclude-cidrs`: virtual servers inside these are never deleted.
     pub exclude_cidrs: Vec<IpNet>,
     /// Whether `iptables` supports `--random-fully` on MASQUERADE.
@@ -135,6 +142,8 @@ impl Default for ProxyConfig {
             local_detector: LocalDetector::None,
             nodeport_addresses: Vec::new(),
             nodeport_primary: false,
+            bind_address: None,
+            node_ips: Vec::new(),
             exclude_cidrs: Vec::new(),
             random_fully: true,
             strict_arp: false,

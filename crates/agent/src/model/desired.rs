@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use super::cluster::{
-    Cluster, EndpointSlice, Family, Protocol, Service, ServiceType, TrafficPolicy,
+    Cluster, EndpointSlice, Family, Node, Protocol, Service, ServiceType, TrafficPolicy,
 };
 use super::config::{ConnReuse, LocalDetector, ProxyConfig};
 use super::endpoints::{Topology, ZONE_LABEL, choose, port_endpoints};
@@ -287,12 +287,35 @@ pub(crate) fn resolve_node_settings(cluster: &Cluster, config: &ProxyConfig) -> 
             ];
         }
     }
+    c.node_ips = [Family::V4, Family::V6]
+        .into_iter()
+        .map(|f| primary_node_ip(node, config.bind_address, f))
+        .collect();
     if let LocalDetector::NodeCidr(cidrs) = &mut c.local_detector
         && cidrs.is_empty()
     {
         *cidrs = node.map(|n| n.pod_cidrs.clone()).unwrap_or_default();
     }
     c
+}
+
+/// The node's IP of `family` as kube-proxy detects it: `--bind-address` when it names an
+/// address of that family, else the Node's first address of it, else loopback.
+fn primary_node_ip(node: Option<&Node>, bind_address: Option<IpAddr>, family: Family) -> IpAddr {
+    bind_address
+        .filter(|ip| Family::of(ip) == family)
+        .or_else(|| {
+            node.and_then(|n| {
+                n.addresses
+                    .iter()
+                    .copied()
+                    .find(|a| Family::of(a) == family)
+            })
+        })
+        .unwrap_or(match family {
+            Family::V4 => IpAddr::from(std::net::Ipv4Addr::LOCALHOST),
+            Family::V6 => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        })
 }
 
 /// The sysctls IPVS mode needs.
@@ -595,14 +618,15 @@ impl<'a> Builder<'a> {
                                 );
                             }
                             // The node's own traffic to the LB IP has that IP as its source: let
-                            // it in when a range holds a node address, else drop it on the way
-                            // out (kube-proxy #119656).
+                            // it in when a range holds the node's IP, else drop it on the way
+                            // out (kube-proxy #119656). Only the node's IP of the family counts,
+                            // as in kube-proxy's every mode, not its other addresses.
                             let node_allowed = self
-                                .host
-                                .addresses
+                                .config
+                                .node_ips
                                 .iter()
-                                .filter(|a| a.interface != LINK_NAME && !a.address.is_loopback())
-                                .any(|a| ranges.iter().any(|r| r.contains(&a.address)));
+                                .filter(|a| Family::of(a) == family)
+                                .any(|a| ranges.iter().any(|r| r.contains(a)));
                             if node_allowed {
                                 self.add_entry(
                                     &sets::LOAD_BALANCER_SOURCE_IP,

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::cluster::{Family, Protocol, ServiceType};
-use super::desired::desired;
+use super::desired::{LocalAddress, desired};
 use super::fixtures::*;
 use super::kernel::{
     KernelState, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey,
@@ -600,19 +600,43 @@ fn load_balancer_source_ranges_fill_the_firewall_sets_and_filter_the_node() {
         .node_port(30445)
         .load_balancer("203.0.113.11");
     mine.0.load_balancer_source_ranges = vec!["192.168.1.0/24".parse().unwrap()];
-    let d = desired(&cluster(vec![s, open, mine], vec![]), &config(), &host()).state;
+    // A range that holds another address of the host, not the node's IP.
+    let mut side = svc("side")
+        .cluster_ip("10.96.0.33")
+        .tcp(443)
+        .node_port(30446)
+        .load_balancer("203.0.113.12");
+    side.0.load_balancer_source_ranges = vec!["10.1.0.0/16".parse().unwrap()];
+    let mut c = cluster(vec![s, open, mine, side], vec![]);
+    c.node = Some(super::cluster::Node {
+        name: "node-a".into(),
+        addresses: vec![ip("192.168.1.10")],
+        ..Default::default()
+    });
+    let mut h = host();
+    h.addresses.push(LocalAddress {
+        interface: "eth1".into(),
+        address: ip("10.1.2.3"),
+    });
+    let d = desired(&c, &config(), &h).state;
     assert_eq!(
         entries(&d, "KUBE-LOAD-BALANCER-FW"),
-        ["203.0.113.9,tcp:443", "203.0.113.11,tcp:443"]
+        [
+            "203.0.113.9,tcp:443",
+            "203.0.113.11,tcp:443",
+            "203.0.113.12,tcp:443"
+        ]
     );
     assert_eq!(
         entries(&d, "KUBE-LOAD-BALANCER-SOURCE-CIDR"),
         [
             "203.0.113.9,tcp:443,198.51.100.0/24",
-            "203.0.113.11,tcp:443,192.168.1.0/24"
+            "203.0.113.11,tcp:443,192.168.1.0/24",
+            "203.0.113.12,tcp:443,10.1.0.0/16"
         ]
     );
-    // The node (192.168.1.10) is inside mine's range: it may reach it; not fw's.
+    // The node's IP (192.168.1.10) is inside mine's range: it may reach it; not fw's, nor
+    // side's, whose range holds only another address of the host (as kube-proxy).
     assert_eq!(
         entries(&d, "KUBE-LOAD-BALANCER-SOURCE-IP"),
         ["203.0.113.11,tcp:443,203.0.113.11"]
@@ -626,7 +650,8 @@ fn load_balancer_source_ranges_fill_the_firewall_sets_and_filter_the_node() {
     assert_eq!(
         out,
         [
-            "-A KUBE-IPVS-OUT-FILTER -s 203.0.113.9 -m ipvs --vaddr 203.0.113.9 --vproto tcp --vport 443 -j DROP"
+            "-A KUBE-IPVS-OUT-FILTER -s 203.0.113.9 -m ipvs --vaddr 203.0.113.9 --vproto tcp --vport 443 -j DROP",
+            "-A KUBE-IPVS-OUT-FILTER -s 203.0.113.12 -m ipvs --vaddr 203.0.113.12 --vproto tcp --vport 443 -j DROP"
         ]
     );
 }

@@ -130,7 +130,7 @@ impl NodeNs {
     /// [`NodeNs::wait_synced`]); with the oldest family's last sync and the health answer,
     /// for a message.
     pub fn sync_status(&self, since: SystemTime) -> (bool, Option<f64>, bool) {
-        self.sync_status_of(since, None, false)
+        self.sync_status_of(since, None, None)
     }
 
     /// As [`NodeNs::sync_status`], for one IP family (`IPv4` or `IPv6`, the `ip_family`
@@ -140,7 +140,7 @@ impl NodeNs {
         &self,
         since: SystemTime,
         family: Option<&str>,
-        event: bool,
+        event: Option<&mut Vec<SyncCounters>>,
     ) -> (bool, Option<f64>, bool) {
         let since = secs(since);
         let metrics = self.get("127.0.0.1:10249", "/metrics").map(|(code, body)| {
@@ -151,8 +151,13 @@ impl NodeNs {
             (code, body)
         });
         let last = metrics.as_ref().and_then(|(_, body)| last_sync(body));
-        let caught_up = metrics.as_ref().is_some_and(|(_, body)| {
-            caught_up(body, since) && (!event || queued_since(body, since))
+        let caught_up = metrics.as_ref().is_some_and(|(_, body)| match event {
+            None => caught_up(body, since),
+            Some(history) => {
+                let done = queued_since(body, since) && started_after_queued(body, since, history);
+                history.push(sync_counters(body));
+                done
+            }
         });
         let healthy = self
             .get("127.0.0.1:10256", "/healthz")
@@ -181,13 +186,26 @@ impl NodeNs {
     /// `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds`, which moves when a watched
     /// change reaches the proxier) and synced after it. A sync that ended after `since` for
     /// another reason, before the change arrived, does not count.
+    ///
+    /// A sync that was already running when the change arrived also ends after it, without
+    /// it: the sync that counts must have started after the change was queued. `mark`, taken
+    /// before the change ([`NodeNs::sync_mark`]), is where that start is measured from.
     pub fn wait_synced_after_change(
         &self,
         program: &mut Program,
         since: SystemTime,
         limit: Duration,
+        mark: SyncCounters,
     ) -> Result<()> {
-        self.wait(program, since, limit, None, true)
+        self.wait(program, since, limit, None, Some(vec![mark]))
+    }
+
+    /// The program's sync counters now, to pass to [`NodeNs::wait_synced_after_change`]
+    /// for a change made next (empty when the program does not answer yet).
+    pub fn sync_mark(&self) -> SyncCounters {
+        self.get("127.0.0.1:10249", "/metrics")
+            .map(|(_, body)| sync_counters(&body))
+            .unwrap_or_default()
     }
 
     /// As [`NodeNs::wait_synced`], for one IP family when `family` names one (`IPv4` or
@@ -200,7 +218,7 @@ impl NodeNs {
         limit: Duration,
         family: Option<&str>,
     ) -> Result<()> {
-        self.wait(program, since, limit, family, false)
+        self.wait(program, since, limit, family, None)
     }
 
     fn wait(
@@ -209,20 +227,20 @@ impl NodeNs {
         since: SystemTime,
         limit: Duration,
         family: Option<&str>,
-        event: bool,
+        mut event: Option<Vec<SyncCounters>>,
     ) -> Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = program.child.try_wait()? {
                 bail!("{} exited ({status}):\n{}", program.name, program.tail(30));
             }
-            let (synced, last, healthy) = self.sync_status_of(since, family, event);
+            let (synced, last, healthy) = self.sync_status_of(since, family, event.as_mut());
             if synced {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 let since = secs(since);
-                let seen = if event {
+                let seen = if event.is_some() {
                     ", after a change queued then"
                 } else {
                     ""
@@ -293,6 +311,54 @@ fn caught_up(metrics: &str, since: f64) -> bool {
         .iter()
         .filter(|(_, q)| **q >= since)
         .all(|(labels, q)| synced.get(labels).is_some_and(|s| s >= q))
+}
+
+/// Each family's (label set's) sync count and summed sync time, from the
+/// `kubeproxy_sync_proxy_rules_duration_seconds` histogram.
+pub type SyncCounters = BTreeMap<String, (f64, f64)>;
+
+fn sync_counters(metrics: &str) -> SyncCounters {
+    let sums = samples(metrics, "kubeproxy_sync_proxy_rules_duration_seconds_sum");
+    samples(metrics, "kubeproxy_sync_proxy_rules_duration_seconds_count")
+        .into_iter()
+        .map(|(labels, count)| {
+            let sum = sums.get(labels).copied().unwrap_or_default();
+            (labels.to_string(), (count, sum))
+        })
+        .collect()
+}
+
+/// Whether each family that queued a change at or after `since` has since run a sync that
+/// started after the change was queued. A sync's start is its end less its time; over
+/// several syncs since an earlier poll, their summed time gives an earlier bound, so the
+/// test errs on waiting.
+fn started_after_queued(metrics: &str, since: f64, history: &[SyncCounters]) -> bool {
+    let queued = samples(
+        metrics,
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+    );
+    let synced = samples(metrics, "kubeproxy_sync_proxy_rules_last_timestamp_seconds");
+    let now = sync_counters(metrics);
+    queued
+        .iter()
+        .filter(|(_, q)| **q >= since)
+        .all(|(labels, q)| {
+            let (Some(end), Some((count, sum))) = (synced.get(labels), now.get(*labels)) else {
+                return false;
+            };
+            // The latest earlier poll with fewer syncs: the least time summed.
+            // (A family without samples yet has synced none.)
+            let Some((_, before)) = history
+                .iter()
+                .rev()
+                .map(|h| h.get(*labels).copied().unwrap_or_default())
+                .find(|(c, _)| c < count)
+            else {
+                return false;
+            };
+            // Millisecond slack: the two clocks read are the same, their rounding is not.
+            end - (sum - before) >= q - 0.001
+        })
 }
 
 /// Whether some family queued a sync at or after `since`.
