@@ -44,8 +44,11 @@ const MODULES: &[&str] = &[
     "source::manifests",
     "sync",
     "sync::failures",
+    "sync::full_read",
+    "sync::priority",
     "sync::programming",
     "sync::reading",
+    "sync::run_loop",
     "web",
 ];
 

@@ -1,426 +1,230 @@
-//! The desired state kept up to date Service by Service, so that a change costs what it
-//! changes rather than what the cluster holds.
+//! The desired state carried from sync to sync, and all that one sync derives from the
+//! cluster snapshot.
 //!
-//! [`Incremental::build`] computes the whole state once, as [`super::desired::desired`] does,
-//! and keeps the cluster snapshot it was computed for. [`Incremental::update`] takes the
-//! changed Services out by their old footprints (the keys each put in: virtual servers, set
-//! entries, VIPs, out filters), computed again from that snapshot's objects rather than
-//! kept, puts them back as they are now, and returns the [`Scope`] of keys that moved, so
-//! that the plan looks at those alone. Entries and VIPs two Services share are counted, so
-//! one Service leaving does not take the other's away. What a Service cannot be moved alone
-//! for (the Node, the host's addresses, a virtual server two Services want) makes `update`
-//! decline, and the caller builds from scratch. [`Incremental::bring_to`] finds the changed
-//! Services itself, against the snapshot: what the periodic full sync does. The property test
-//! below checks that updates land on the state a build computes.
+//! [`Incremental::advance`] is the computation of a sync, in one call. When only some
+//! Services changed since a sync that applied its whole plan, it brings the kept state
+//! ([`Kept`]) to the cluster by those Services alone, and the sync looks at what they moved
+//! ([`Reach::Changed`]). Otherwise the sync looks at everything: the kept state is brought to
+//! the cluster by the Services that differ from the snapshot it is for, as a change would
+//! (building it whole took a periodic pass as long as a cold sync's computation, and every
+//! change that came meanwhile waited for it), or built whole: the first time, when it cannot
+//! be brought, on demand ([`Incremental::build_next`]), and every [`REBUILD_EVERY`] full syncs
+//! kept, the check that the kept state is what the cluster builds. The conntrack filter,
+//! the health-check addresses and the scheduler refusals that start are derived in the same
+//! call.
+//!
+//! - `kept`: the state kept up to date Service by Service ([`Kept`]), and the [`Scope`] of a
+//!   change;
+//! - `tests`: the property test that a kept state is the state a build computes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
-use std::sync::Arc;
+mod kept;
+#[cfg(test)]
+pub(crate) mod tests;
 
-use super::cluster::{
-    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
-    changed_services,
-};
+use std::collections::BTreeSet;
+
+use super::cluster::{Cluster, ServiceRef};
+use super::computed::Computed;
 use super::config::ProxyConfig;
-use super::desired::{
-    Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
-};
-use super::iptables::OutFilter;
-use super::kernel::{SetEntry, VsKey};
-use super::sets::{self, SetDef, set_name};
+use super::desired::{Desired, Host, health_check_addresses};
+use super::kernel::KernelState;
+use super::reach::Reach;
+use super::scheduler::{self, Refusal};
 
-/// The keys a change touched: the plan compares the desired and the observed state on these
-/// alone.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope {
-    /// Virtual servers.
-    pub services: BTreeSet<VsKey>,
-    /// Set entries, by set name.
-    pub entries: BTreeMap<String, BTreeSet<SetEntry>>,
-    /// VIPs on `kube-ipvs0`.
-    pub addresses: BTreeSet<IpAddr>,
-    /// Families whose rules changed.
-    pub rules: BTreeSet<Family>,
-}
+pub use kept::{Kept, Scope};
 
-impl Scope {
-    /// True when the change moved nothing.
-    pub fn is_empty(&self) -> bool {
-        self.services.is_empty()
-            && self.entries.is_empty()
-            && self.addresses.is_empty()
-            && self.rules.is_empty()
-    }
-}
+/// Full syncs that keep the desired state (brought up to date Service by Service) between
+/// two that build it whole: at the default 30 s period, a whole build every 5.5 minutes.
+pub const REBUILD_EVERY: u32 = 10;
 
-/// A set entry as the sharing counts key it.
-type EntryKey = (&'static str, Family, SetEntry);
-
-/// The desired state with what it takes to change it one Service at a time.
+/// The desired state from sync to sync, with what decides whether the next one keeps it.
 #[derive(Debug, Clone)]
 pub struct Incremental {
     config: ProxyConfig,
-    host: Host,
-    desired: Desired,
-    /// Virtual servers two Services want.
-    contested: BTreeSet<VsKey>,
-    /// Entries more than one Service put in: how many more than one.
-    shared_entries: HashMap<EntryKey, u32>,
-    /// VIPs more than one Service bound: how many more than one.
-    shared_addresses: HashMap<IpAddr, u32>,
-    /// Out filters and how many Services want each.
-    out_filters: BTreeMap<OutFilter, u32>,
-    /// The snapshot the state is for. The snapshots share their unchanged parts, so holding
-    /// it costs what changed since, and comparing it with a newer one finds what changed
-    /// at the cost of the change ([`changed_services`]).
-    at: Cluster,
+    /// The desired state of the last sync; `None` before the first.
+    kept: Option<Kept>,
+    /// Full syncs since the desired state was last built whole.
+    kept_passes: u32,
+    /// Whether the next sync of the whole state builds it whole.
+    build_next: bool,
+    /// The Services' own schedulers refused at the last sync.
+    refused: BTreeSet<Refusal>,
+}
+
+/// What the sync loop knows of a sync that the model does not.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass<'a> {
+    /// The Services that changed since the last sync, when the loop knows them (a sync of
+    /// changes); `None` for a sync of the whole state.
+    pub changed: Option<&'a BTreeSet<ServiceRef>>,
+    /// Whether the kernel was read for this sync: it may hold drift anywhere, so the sync
+    /// looks at everything.
+    pub full: bool,
+    /// Whether the last sync applied its whole plan: after a failure, a change is a retry of
+    /// everything.
+    pub settled: bool,
+}
+
+/// How a sync of the whole state found the kept one.
+#[derive(Debug, Default)]
+struct Whole {
+    /// The desired state is the one of the last sync.
+    unchanged: bool,
+    /// The kept state differed from the one built whole from the same cluster.
+    diverged: bool,
 }
 
 impl Incremental {
-    /// The whole desired state of `cluster`.
-    pub fn build(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Self {
-        let (desired, prints) = build(cluster, config, host, true);
-        Incremental {
-            config: config.clone(),
-            host: host.clone(),
-            desired,
-            contested: prints.contested,
-            shared_entries: more(prints.entries),
-            shared_addresses: more(prints.addresses),
-            out_filters: prints.out_filters,
-            at: cluster.clone(),
+    /// Nothing computed yet, for `config`.
+    pub fn new(config: ProxyConfig) -> Self {
+        Self {
+            config,
+            kept: None,
+            kept_passes: 0,
+            build_next: false,
+            refused: BTreeSet::new(),
         }
     }
 
-    /// Whether [`Incremental::build`] on these inputs would build this very state: `cluster`
-    /// holds the objects of the snapshot the state is for (the same or equal ones), and the
-    /// Node and `host` are those it was made for (the state is a function of the Services,
-    /// the slices, the Node, the host and the configuration).
-    pub fn is_at(&self, cluster: &Cluster, host: &Host) -> bool {
-        *host == self.host && changed_services(&self.at, cluster).is_some_and(|c| c.is_empty())
+    /// The desired state of the last sync; `None` before the first.
+    pub fn desired(&self) -> Option<&Desired> {
+        self.kept.as_ref().map(Kept::desired)
     }
 
-    /// Brings the state to `cluster` on `host` by the Services that differ from the snapshot
-    /// it is for, as [`Incremental::update`] does: what a sync over the whole state keeps
-    /// instead of building it again. `None` when it cannot (as `update`).
-    pub fn bring_to(&mut self, cluster: &Cluster, host: &Host) -> Option<Scope> {
-        let changed = changed_services(&self.at, cluster)?;
-        let scope = self.update(cluster, host, &changed)?;
-        // Every difference taken in: the snapshot itself, sharing the most with the next.
-        self.at = cluster.clone();
-        Some(scope)
+    /// Makes the next sync of the whole state build it whole, as every
+    /// [`REBUILD_EVERY`]-and-first full sync does, rather than bring the kept one up to date.
+    pub fn build_next(&mut self) {
+        self.build_next = true;
     }
 
-    /// Takes the objects of the Services `changed` from `cluster` into the snapshot the state
-    /// is for, and those alone: a Service that changed and was not named stays a
-    /// difference, which the next [`Incremental::bring_to`] finds.
-    fn absorb(&mut self, cluster: &Cluster, changed: &BTreeSet<ServiceRef>) {
-        use imbl::ordmap::DiffItem;
-        fn take<K: Ord + Clone, V: PartialEq>(
-            at: &mut ObjectMap<K, V>,
-            now: &ObjectMap<K, V>,
-            named: impl Fn(&V) -> bool,
-        ) {
-            let moved: Vec<(K, Option<Arc<V>>)> = at
-                .diff(now)
-                .filter_map(|item| match item {
-                    DiffItem::Add(k, v) => named(v).then(|| (k.clone(), Some(v.clone()))),
-                    DiffItem::Remove(k, v) => named(v).then(|| (k.clone(), None)),
-                    DiffItem::Update {
-                        old: (k, old),
-                        new: (_, new),
-                    } => (named(old) || named(new)).then(|| (k.clone(), Some(new.clone()))),
-                })
-                .collect();
-            for (k, v) in moved {
-                match v {
-                    Some(v) => at.insert(k, v),
-                    None => at.remove(&k),
-                };
-            }
+    /// Brings the desired state to `cluster` on `host` for a sync described by `pass`, and
+    /// derives the rest of what the sync needs from the snapshot
+    /// ([`desired`](Incremental::desired) has the state afterwards).
+    pub fn advance<'a>(
+        &mut self,
+        cluster: &'a Cluster,
+        host: &Host,
+        pass: Pass<'a>,
+    ) -> Computed<'a> {
+        let (reach, whole) = match self.change(cluster, host, pass) {
+            Some(reach) => (reach, Whole::default()),
+            None => (Reach::Whole, self.keep_or_build(cluster, host, pass.full)),
+        };
+        Computed {
+            conntrack: reach.conntrack_filter(cluster, &self.config, host),
+            health_check_addresses: health_check_addresses(cluster, &self.config, host),
+            refusals: self.new_refusals(cluster, reach.services()),
+            unchanged: whole.unchanged,
+            diverged: whole.diverged,
+            reach,
         }
-        self.at.node = cluster.node.clone();
-        take(&mut self.at.services, &cluster.services, |s| {
-            changed.contains(&s.id)
-        });
-        take(&mut self.at.slices, &cluster.slices, |s| {
-            changed.contains(&s.service)
-        });
     }
 
-    /// The desired state.
-    pub fn desired(&self) -> &Desired {
-        &self.desired
+    /// Brings the kept state to `cluster` by the Services that `pass` says changed, when it
+    /// can: a sync of changes, after one that applied its whole plan, that reaches no further
+    /// than its Services. `None`, nothing changed, otherwise.
+    fn change<'a>(
+        &mut self,
+        cluster: &'a Cluster,
+        host: &Host,
+        pass: Pass<'a>,
+    ) -> Option<Reach<'a>> {
+        let services = pass.changed.filter(|_| !pass.full && pass.settled)?;
+        let kept = self.kept.as_mut()?;
+        let slices = cluster.slices_of_services(services);
+        let scope = kept.update_with(cluster, host, services, &slices)?;
+        Some(Reach::Changed {
+            services,
+            slices,
+            scope,
+        })
     }
 
-    /// The desired state, to be made wrong (tests of what finds a kept state wrong).
-    #[cfg(test)]
-    pub(crate) fn desired_mut(&mut self) -> &mut Desired {
-        &mut self.desired
+    /// Brings the kept state to `cluster` by the Services that differ from its snapshot, or
+    /// builds it whole (see the module's notes for when).
+    fn keep_or_build(&mut self, cluster: &Cluster, host: &Host, full: bool) -> Whole {
+        let rebuild = self.build_next || (full && self.kept_passes >= REBUILD_EVERY);
+        let brought = self
+            .kept
+            .as_mut()
+            .and_then(|kept| kept.bring_to(cluster, host));
+        if let Some(moved) = &brought
+            && !rebuild
+        {
+            self.kept_passes += u32::from(full);
+            return Whole {
+                unchanged: moved.is_empty(),
+                diverged: false,
+            };
+        }
+        // Its fingerprint is kept, not the state, which goes before the new one is built (two
+        // whole desired states at once were the peak of a full resync).
+        let before = self
+            .kept
+            .take()
+            .map(|kept| fingerprint(&kept.desired().state));
+        let built = Kept::build(cluster, &self.config, host);
+        let now = fingerprint(&built.desired().state);
+        self.kept = Some(built);
+        self.kept_passes = 0;
+        self.build_next = false;
+        Whole {
+            unchanged: before == Some(now) && brought.as_ref().is_none_or(|m| m.is_empty()),
+            // Brought to this very cluster, the kept state had to be the one built.
+            diverged: brought.is_some() && before != Some(now),
+        }
     }
 
-    /// Brings the state to `cluster`, in which the Services `changed` (their object, their
-    /// EndpointSlices, or both; deleted ones included) are all that changed since the last
-    /// build or update (the snapshot the state is for), on `host`. Returns the keys that moved, or `None` when a change
-    /// reaches beyond its Services (the Node, the host's addresses, a virtual server two
-    /// Services want): then nothing was changed, and the caller builds again.
-    pub fn update(
+    /// The refusals of Services' own schedulers in `cluster` that the last sync did not have,
+    /// so that each is logged and recorded once when it starts rather than at every sync.
+    /// With `only`, the Services that changed are looked at alone (the others' refusals stand
+    /// as they were).
+    fn new_refusals(
         &mut self,
         cluster: &Cluster,
-        host: &Host,
-        changed: &BTreeSet<ServiceRef>,
-    ) -> Option<Scope> {
-        self.update_with(cluster, host, changed, &cluster.slices_of_services(changed))
-    }
-
-    /// [`Incremental::update`] with the slices of the changed Services already found.
-    pub fn update_with(
-        &mut self,
-        cluster: &Cluster,
-        host: &Host,
-        changed: &BTreeSet<ServiceRef>,
-        slices: &SlicesByService<'_>,
-    ) -> Option<Scope> {
-        // The Node's zone, addresses and pod CIDRs reach every Service.
-        if cluster.node != self.at.node || *host != self.host {
-            return None;
-        }
-        let present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
-            .iter()
-            .filter_map(|id| cluster.services.get(id))
-            .map(|svc| (svc, slices.of(&svc.id).to_vec()))
-            .collect();
-        let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
-        if !fresh.conflicts.is_empty() {
-            return None;
-        }
-        // What the changed Services put in before, computed again from the objects of the
-        // snapshot the state is for (as `cluster`, the Node and the host are those the state
-        // was made for, so this is what they put in): kept, the footprints of every Service
-        // were a fifth of the desired state's memory.
-        let at = self.at.clone();
-        let old_slices = at.slices_of_services(changed);
-        let old_present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
-            .iter()
-            .filter_map(|id| at.services.get(id))
-            .map(|svc| (svc, old_slices.of(&svc.id).to_vec()))
-            .collect();
-        let (_, old_prints) = footprints_of(&at, &self.config, &self.host, &old_present);
-        let olds: Vec<(&ServiceRef, Footprint)> = old_present
-            .iter()
-            .map(|(svc, _)| &svc.id)
-            .zip(old_prints)
-            .collect();
-        let old_contested = olds
-            .iter()
-            .any(|(_, f)| f.vs.iter().any(|k| self.contested.contains(k)));
-        let new_conflict = prints.iter().flat_map(|f| &f.vs).any(|k| {
-            self.desired
-                .owners
-                .get(k)
-                .is_some_and(|o| !changed.contains(&o.id))
-        });
-        if old_contested || new_conflict {
-            return None;
-        }
-
-        // From here on the state moves: it takes the changed Services' objects of `cluster`.
-        self.absorb(cluster, changed);
-        let mut scope = Scope::default();
-        let mut rules_may_change = false;
-        // Virtual servers no changed Service wants any more go; the others are replaced
-        // below. Shared keys are added before the old ones are dropped, so that a Service
-        // that keeps an entry or a VIP does not take it out and put it back.
-        let wanted: BTreeSet<&VsKey> = prints.iter().flat_map(|f| &f.vs).collect();
-        for (id, f) in &olds {
-            for k in &f.vs {
-                if !wanted.contains(k) && self.desired.owners.get(k).is_some_and(|o| o.id == **id) {
-                    self.desired.owners.remove(k);
-                    self.desired.state.services.remove(k);
-                    rules_may_change |= self.derived(&sets::OWNED, owned(k), false, &mut scope);
-                    scope.services.insert(*k);
-                }
-            }
-        }
-        for ((svc, _), f) in present.iter().zip(prints) {
-            for k in &f.vs {
-                if let Some(vs) = fresh.state.services.remove(k) {
-                    if self.desired.state.services.get(k) != Some(&vs) {
-                        scope.services.insert(*k);
-                    }
-                    self.desired.state.services.insert(*k, vs);
-                    self.desired.owners.insert(*k, Arc::clone(svc));
-                    rules_may_change |= self.derived(&sets::OWNED, owned(k), true, &mut scope);
-                }
-            }
-            for (def, family, e) in &f.entries {
-                rules_may_change |= self.add_entry(def, *family, *e, &mut scope);
-            }
-            for a in &f.addresses {
-                rules_may_change |= self.add_address(*a, &mut scope);
-            }
-            for o in &f.out_filters {
-                rules_may_change = true;
-                *self.out_filters.entry(o.clone()).or_default() += 1;
-            }
-            for (family, (i, e)) in &f.no_local {
-                let c = self.desired.no_local_endpoints.entry(*family).or_default();
-                c.0 += i;
-                c.1 += e;
-            }
-        }
-        for (_, f) in &olds {
-            for (def, family, e) in &f.entries {
-                rules_may_change |= self.remove_entry(def, *family, *e, &mut scope);
-            }
-            for a in &f.addresses {
-                rules_may_change |= self.remove_address(*a, &mut scope);
-            }
-            for o in &f.out_filters {
-                rules_may_change = true;
-                if let Some(n) = self.out_filters.get_mut(o) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.out_filters.remove(o);
-                    }
-                }
-            }
-            for (family, (i, e)) in &f.no_local {
-                if let Some(c) = self.desired.no_local_endpoints.get_mut(family) {
-                    c.0 -= i;
-                    c.1 -= e;
-                }
-            }
-        }
-        if rules_may_change {
-            let config = resolve_node_settings(cluster, &self.config);
-            let filters: BTreeSet<OutFilter> = self.out_filters.keys().cloned().collect();
-            for family in &config.families {
-                let rules = family_rules(*family, &config, &self.desired.state, &filters);
-                if self.desired.state.rules.get(family) != Some(&rules) {
-                    self.desired.state.rules.insert(*family, rules);
-                    scope.rules.insert(*family);
-                }
-            }
-        }
-        Some(scope)
-    }
-
-    /// Adds (or removes) an entry only the state derives (ownership, VIPs), never shared.
-    /// True when its set became empty or stopped being so.
-    fn derived(
-        &mut self,
-        def: &SetDef,
-        (family, e): (Family, SetEntry),
-        add: bool,
-        scope: &mut Scope,
-    ) -> bool {
-        let name = set_name(def, family);
-        let Some(set) = self.desired.state.sets.get_mut(&name) else {
-            return false;
+        only: Option<&BTreeSet<ServiceRef>>,
+    ) -> Vec<Refusal> {
+        let now: BTreeSet<Refusal> = match only {
+            None => scheduler::refusals(cluster, &self.config)
+                .into_iter()
+                .collect(),
+            Some(changed) => self
+                .refused
+                .iter()
+                .filter(|r| !changed.contains(&r.service))
+                .cloned()
+                .chain(
+                    changed
+                        .iter()
+                        .filter_map(|id| cluster.services.get(id))
+                        .filter_map(|s| scheduler::resolve(s, &self.config).1),
+                )
+                .collect(),
         };
-        let was_empty = set.entries.is_empty();
-        let moved = if add {
-            set.entries.insert(e)
-        } else {
-            set.entries.remove(&e)
-        };
-        let flipped = was_empty != set.entries.is_empty();
-        if moved {
-            scope.entries.entry(name).or_default().insert(e);
-        }
-        flipped
+        let new = now.difference(&self.refused).cloned().collect();
+        self.refused = now;
+        new
     }
-
-    fn add_entry(
-        &mut self,
-        def: &'static SetDef,
-        family: Family,
-        e: SetEntry,
-        scope: &mut Scope,
-    ) -> bool {
-        let present = self
-            .desired
-            .state
-            .sets
-            .get(&set_name(def, family))
-            .is_some_and(|s| s.entries.contains(&e));
-        if present {
-            *self
-                .shared_entries
-                .entry((def.name, family, e))
-                .or_default() += 1;
-            return false;
-        }
-        self.derived(def, (family, e), true, scope)
-    }
-
-    fn remove_entry(
-        &mut self,
-        def: &'static SetDef,
-        family: Family,
-        e: SetEntry,
-        scope: &mut Scope,
-    ) -> bool {
-        let key = (def.name, family, e);
-        if let Some(n) = self.shared_entries.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.shared_entries.remove(&key);
-            }
-            return false;
-        }
-        self.derived(def, (family, e), false, scope)
-    }
-
-    fn add_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
-        if !self.desired.state.addresses.insert(ip) {
-            *self.shared_addresses.entry(ip).or_default() += 1;
-            return false;
-        }
-        scope.addresses.insert(ip);
-        self.derived(
-            &sets::IPVS_IPS,
-            (Family::of(&ip), SetEntry::Ip(ip)),
-            true,
-            scope,
-        )
-    }
-
-    fn remove_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
-        if let Some(n) = self.shared_addresses.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                self.shared_addresses.remove(&ip);
-            }
-            return false;
-        }
-        self.desired.state.addresses.remove(&ip);
-        scope.addresses.insert(ip);
-        self.derived(
-            &sets::IPVS_IPS,
-            (Family::of(&ip), SetEntry::Ip(ip)),
-            false,
-            scope,
-        )
-    }
-}
-
-/// The counts above one, less one: how many more than one holder each shared key has.
-fn more<K: std::hash::Hash + Eq>(m: HashMap<K, u32>) -> HashMap<K, u32> {
-    m.into_iter()
-        .filter(|(_, n)| *n > 1)
-        .map(|(k, n)| (k, n - 1))
-        .collect()
-}
-
-/// The ownership-set entry of a virtual server.
-fn owned(k: &VsKey) -> (Family, SetEntry) {
-    (
-        Family::of(&k.address),
-        SetEntry::IpPort(k.address, k.protocol, k.port),
-    )
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+impl Incremental {
+    /// Full syncs since the desired state was last built whole.
+    pub(crate) fn kept_passes(&self) -> u32 {
+        self.kept_passes
+    }
+
+    /// The kept desired state, to be made wrong (tests of what finds a kept state wrong).
+    pub(crate) fn desired_mut(&mut self) -> Option<&mut Desired> {
+        self.kept.as_mut().map(Kept::desired_mut)
+    }
+}
+
+/// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
+/// differ but for a 64-bit collision (which would only count a repair as a change).
+fn fingerprint(state: &KernelState) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    state.hash(&mut h);
+    h.finish()
+}

@@ -3,6 +3,7 @@
 //! arguments, so every function is deterministic and tested as a table.
 
 pub mod cluster;
+pub mod computed;
 pub mod config;
 pub mod conntrack;
 pub mod desired;
@@ -16,6 +17,7 @@ pub mod leftovers;
 pub mod op_kind;
 pub mod plan;
 pub mod priority;
+pub mod reach;
 pub mod rolling;
 pub mod scheduler;
 pub mod sets;

@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use super::Syncer;
+use crate::dataplane::Dataplane;
 use crate::model::cluster::{Cluster, EndpointSlice, Family, SlicesByService};
+use crate::model::reach::Reach;
 
 /// The trigger times already observed, per slice.
 #[derive(Debug)]
@@ -64,6 +67,22 @@ impl TriggerTimes {
                 .is_some_and(|s| s.trigger_time == Some(*t))
         });
         out
+    }
+}
+
+impl<D: Dataplane> Syncer<D> {
+    /// The EndpointSlice changes of `cluster` that the sync that looked at `reach` has just
+    /// put in the kernel: none unless its plan went in whole (after a failure they wait for
+    /// the retry that succeeds).
+    pub(super) fn programmed(
+        &mut self,
+        cluster: &Cluster,
+        reach: &Reach<'_>,
+    ) -> Vec<(Family, SystemTime)> {
+        if !self.settled {
+            return Vec::new();
+        }
+        self.triggers.programmed(cluster, reach.slices())
     }
 }
 

@@ -1,4 +1,4 @@
-//! For random sequences of changes, the state kept by [`Incremental::update`] is the state
+//! For random sequences of changes, the state kept by [`Kept::update`] is the state
 //! [`desired`] computes from scratch, and every key that moved is in the returned scope.
 
 use std::collections::BTreeSet;
@@ -9,7 +9,7 @@ use super::*;
 use crate::model::cluster::{Protocol, ServiceType, TrafficPolicy};
 use crate::model::desired::desired;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
-use crate::model::kernel::KernelState;
+use crate::model::kernel::{KernelState, SetEntry};
 use crate::model::plan::{plan, plan_draining, plan_scoped};
 
 /// `state` with the plan from it to `want` applied, as the kernel would hold it.
@@ -210,7 +210,7 @@ proptest! {
         for c in &start {
             apply(&mut cl, c);
         }
-        let mut inc = Incremental::build(&cl, &cfg, &h);
+        let mut inc = Kept::build(&cl, &cfg, &h);
         prop_assert_eq!(&inc.desired().state, &desired(&cl, &cfg, &h).state);
         prop_assert!(inc.is_at(&cl, &h));
         // The kernel as the plans leave it: a scoped plan must leave it as a full one would.
@@ -246,7 +246,7 @@ proptest! {
                 // Declined (a conflict): nothing was touched, and a build takes over.
                 None => {
                     prop_assert_eq!(&inc.desired().state, &before);
-                    inc = Incremental::build(&cl, &cfg, &h);
+                    inc = Kept::build(&cl, &cfg, &h);
                     let none = BTreeSet::new();
                     kernel = programmed(&kernel, &plan_draining(&inc.desired().state, &kernel, &[], &none).ops);
                 }
@@ -269,7 +269,7 @@ fn one_endpoint_change_moves_one_real_server_and_nothing_else() {
             eps("b", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-b"),
         ],
     );
-    let mut inc = Incremental::build(&cl, &cfg, &h);
+    let mut inc = Kept::build(&cl, &cfg, &h);
     let key = ("default".to_string(), "a--abc".to_string());
     std::sync::Arc::make_mut(cl.slices.get_mut(&key).unwrap()).endpoints[0].address =
         "10.244.0.9".parse().unwrap();
@@ -299,7 +299,7 @@ fn a_state_knows_the_cluster_it_is_for_and_brings_itself_to_another() {
         vec![svc("a").cluster_ip("10.96.0.1").tcp(80)],
         vec![eps("a", "", Protocol::Tcp, 8080).ready("10.244.0.1", "node-b")],
     );
-    let mut inc = Incremental::build(&cl, &cfg, &h);
+    let mut inc = Kept::build(&cl, &cfg, &h);
     assert!(inc.is_at(&cl, &h));
     // A snapshot sharing the objects is the same input, and so are equal objects made anew.
     assert!(inc.is_at(&cl.clone(), &h));

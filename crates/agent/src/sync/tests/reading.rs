@@ -9,13 +9,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::sync::watch;
 
-use super::{Periods, Syncer, run};
 use crate::dataplane::memory::{Memory, ReadGate};
 use crate::model::cluster::{Cluster, Protocol, ServiceRef};
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::incremental::tests::{Change, apply, change};
 use crate::model::kernel::KernelState;
 use crate::model::plan::Op;
+use crate::sync::{Periods, Syncer, run};
 
 /// `n` Services `s0..`, each on its own ClusterIP with the ready endpoints `endpoints(i)`.
 fn services(n: usize, endpoints: impl Fn(usize) -> Vec<String>) -> Cluster {

@@ -1,0 +1,465 @@
+//! The desired state kept up to date Service by Service, so that a change costs what it
+//! changes rather than what the cluster holds.
+//!
+//! [`Kept::build`] computes the whole state once, as [`crate::model::desired::desired`] does,
+//! and keeps the cluster snapshot it was computed for. [`Kept::update`] takes the
+//! changed Services out by their old footprints (the keys each put in: virtual servers, set
+//! entries, VIPs, out filters), computed again from that snapshot's objects rather than
+//! kept, puts them back as they are now, and returns the [`Scope`] of keys that moved, so
+//! that the plan looks at those alone. Entries and VIPs two Services share are counted, so
+//! one Service leaving does not take the other's away. What a Service cannot be moved alone
+//! for (the Node, the host's addresses, a virtual server two Services want) makes `update`
+//! decline, and the caller builds from scratch. [`Kept::bring_to`] finds the changed
+//! Services itself, against the snapshot: what the periodic full sync does. The property test
+//! of [`super`] checks that updates land on the state a build computes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::model::cluster::{
+    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
+    changed_services,
+};
+use crate::model::config::ProxyConfig;
+use crate::model::desired::{
+    Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
+};
+use crate::model::iptables::OutFilter;
+use crate::model::kernel::{SetEntry, VsKey};
+use crate::model::sets::{self, SetDef, set_name};
+
+/// The keys a change touched: the plan compares the desired and the observed state on these
+/// alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Virtual servers.
+    pub services: BTreeSet<VsKey>,
+    /// Set entries, by set name.
+    pub entries: BTreeMap<String, BTreeSet<SetEntry>>,
+    /// VIPs on `kube-ipvs0`.
+    pub addresses: BTreeSet<IpAddr>,
+    /// Families whose rules changed.
+    pub rules: BTreeSet<Family>,
+}
+
+impl Scope {
+    /// True when the change moved nothing.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.entries.is_empty()
+            && self.addresses.is_empty()
+            && self.rules.is_empty()
+    }
+}
+
+/// A set entry as the sharing counts key it.
+type EntryKey = (&'static str, Family, SetEntry);
+
+/// The desired state with what it takes to change it one Service at a time.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    config: ProxyConfig,
+    host: Host,
+    desired: Desired,
+    /// Virtual servers two Services want.
+    contested: BTreeSet<VsKey>,
+    /// Entries more than one Service put in: how many more than one.
+    shared_entries: HashMap<EntryKey, u32>,
+    /// VIPs more than one Service bound: how many more than one.
+    shared_addresses: HashMap<IpAddr, u32>,
+    /// Out filters and how many Services want each.
+    out_filters: BTreeMap<OutFilter, u32>,
+    /// The snapshot the state is for. The snapshots share their unchanged parts, so holding
+    /// it costs what changed since, and comparing it with a newer one finds what changed
+    /// at the cost of the change ([`changed_services`]).
+    at: Cluster,
+}
+
+impl Kept {
+    /// The whole desired state of `cluster`.
+    pub fn build(cluster: &Cluster, config: &ProxyConfig, host: &Host) -> Self {
+        let (desired, prints) = build(cluster, config, host, true);
+        Kept {
+            config: config.clone(),
+            host: host.clone(),
+            desired,
+            contested: prints.contested,
+            shared_entries: more(prints.entries),
+            shared_addresses: more(prints.addresses),
+            out_filters: prints.out_filters,
+            at: cluster.clone(),
+        }
+    }
+
+    /// Whether [`Kept::build`] on these inputs would build this very state: `cluster`
+    /// holds the objects of the snapshot the state is for (the same or equal ones), and the
+    /// Node and `host` are those it was made for (the state is a function of the Services,
+    /// the slices, the Node, the host and the configuration).
+    pub fn is_at(&self, cluster: &Cluster, host: &Host) -> bool {
+        *host == self.host && changed_services(&self.at, cluster).is_some_and(|c| c.is_empty())
+    }
+
+    /// Brings the state to `cluster` on `host` by the Services that differ from the snapshot
+    /// it is for, as [`Kept::update`] does: what a sync over the whole state keeps
+    /// instead of building it again. `None` when it cannot (as `update`).
+    pub fn bring_to(&mut self, cluster: &Cluster, host: &Host) -> Option<Scope> {
+        let changed = changed_services(&self.at, cluster)?;
+        let scope = self.update(cluster, host, &changed)?;
+        // Every difference taken in: the snapshot itself, sharing the most with the next.
+        self.at = cluster.clone();
+        Some(scope)
+    }
+
+    /// Takes the objects of the Services `changed` from `cluster` into the snapshot the state
+    /// is for, and those alone: a Service that changed and was not named stays a
+    /// difference, which the next [`Kept::bring_to`] finds.
+    fn absorb(&mut self, cluster: &Cluster, changed: &BTreeSet<ServiceRef>) {
+        use imbl::ordmap::DiffItem;
+        fn take<K: Ord + Clone, V: PartialEq>(
+            at: &mut ObjectMap<K, V>,
+            now: &ObjectMap<K, V>,
+            named: impl Fn(&V) -> bool,
+        ) {
+            let moved: Vec<(K, Option<Arc<V>>)> = at
+                .diff(now)
+                .filter_map(|item| match item {
+                    DiffItem::Add(k, v) => named(v).then(|| (k.clone(), Some(v.clone()))),
+                    DiffItem::Remove(k, v) => named(v).then(|| (k.clone(), None)),
+                    DiffItem::Update {
+                        old: (k, old),
+                        new: (_, new),
+                    } => (named(old) || named(new)).then(|| (k.clone(), Some(new.clone()))),
+                })
+                .collect();
+            for (k, v) in moved {
+                match v {
+                    Some(v) => at.insert(k, v),
+                    None => at.remove(&k),
+                };
+            }
+        }
+        self.at.node = cluster.node.clone();
+        take(&mut self.at.services, &cluster.services, |s| {
+            changed.contains(&s.id)
+        });
+        take(&mut self.at.slices, &cluster.slices, |s| {
+            changed.contains(&s.service)
+        });
+    }
+
+    /// The desired state.
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    /// The desired state, to be made wrong (tests of what finds a kept state wrong).
+    #[cfg(test)]
+    pub(crate) fn desired_mut(&mut self) -> &mut Desired {
+        &mut self.desired
+    }
+
+    /// Brings the state to `cluster`, in which the Services `changed` (their object, their
+    /// EndpointSlices, or both; deleted ones included) are all that changed since the last
+    /// build or update (the snapshot the state is for), on `host`. Returns the keys that moved, or `None` when a change
+    /// reaches beyond its Services (the Node, the host's addresses, a virtual server two
+    /// Services want): then nothing was changed, and the caller builds again.
+    pub fn update(
+        &mut self,
+        cluster: &Cluster,
+        host: &Host,
+        changed: &BTreeSet<ServiceRef>,
+    ) -> Option<Scope> {
+        self.update_with(cluster, host, changed, &cluster.slices_of_services(changed))
+    }
+
+    /// [`Kept::update`] with the slices of the changed Services already found.
+    pub fn update_with(
+        &mut self,
+        cluster: &Cluster,
+        host: &Host,
+        changed: &BTreeSet<ServiceRef>,
+        slices: &SlicesByService<'_>,
+    ) -> Option<Scope> {
+        // The Node's zone, addresses and pod CIDRs reach every Service.
+        if cluster.node != self.at.node || *host != self.host {
+            return None;
+        }
+        let present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
+            .iter()
+            .filter_map(|id| cluster.services.get(id))
+            .map(|svc| (svc, slices.of(&svc.id).to_vec()))
+            .collect();
+        let (mut fresh, prints) = footprints_of(cluster, &self.config, &self.host, &present);
+        if !fresh.conflicts.is_empty() {
+            return None;
+        }
+        // What the changed Services put in before, computed again from the objects of the
+        // snapshot the state is for (as `cluster`, the Node and the host are those the state
+        // was made for, so this is what they put in): kept, the footprints of every Service
+        // were a fifth of the desired state's memory.
+        let at = self.at.clone();
+        let old_slices = at.slices_of_services(changed);
+        let old_present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
+            .iter()
+            .filter_map(|id| at.services.get(id))
+            .map(|svc| (svc, old_slices.of(&svc.id).to_vec()))
+            .collect();
+        let (_, old_prints) = footprints_of(&at, &self.config, &self.host, &old_present);
+        let olds: Vec<(&ServiceRef, Footprint)> = old_present
+            .iter()
+            .map(|(svc, _)| &svc.id)
+            .zip(old_prints)
+            .collect();
+        let old_contested = olds
+            .iter()
+            .any(|(_, f)| f.vs.iter().any(|k| self.contested.contains(k)));
+        let new_conflict = prints.iter().flat_map(|f| &f.vs).any(|k| {
+            self.desired
+                .owners
+                .get(k)
+                .is_some_and(|o| !changed.contains(&o.id))
+        });
+        if old_contested || new_conflict {
+            return None;
+        }
+
+        // From here on the state moves: it takes the changed Services' objects of `cluster`.
+        self.absorb(cluster, changed);
+        let mut scope = Scope::default();
+        // Virtual servers no changed Service wants any more go; the others are replaced
+        // below. Shared keys are added before the old ones are dropped, so that a Service
+        // that keeps an entry or a VIP does not take it out and put it back.
+        let mut rules_may_change = self.drop_unwanted(&olds, &prints, &mut scope);
+        for ((svc, _), f) in present.iter().zip(&prints) {
+            rules_may_change |= self.put_in(svc, f, &mut fresh, &mut scope);
+        }
+        for (_, f) in &olds {
+            rules_may_change |= self.take_out(f, &mut scope);
+        }
+        if rules_may_change {
+            self.refresh_rules(cluster, &mut scope);
+        }
+        Some(scope)
+    }
+
+    /// Takes out the virtual servers of the changed Services' old footprints (`olds`) that
+    /// none of their new ones (`prints`) wants. True when the rules may change.
+    fn drop_unwanted(
+        &mut self,
+        olds: &[(&ServiceRef, Footprint)],
+        prints: &[Footprint],
+        scope: &mut Scope,
+    ) -> bool {
+        let mut rules_may_change = false;
+        let wanted: BTreeSet<&VsKey> = prints.iter().flat_map(|f| &f.vs).collect();
+        for (id, f) in olds {
+            for k in &f.vs {
+                if !wanted.contains(k) && self.desired.owners.get(k).is_some_and(|o| o.id == **id) {
+                    self.desired.owners.remove(k);
+                    self.desired.state.services.remove(k);
+                    rules_may_change |= self.derived(&sets::OWNED, owned(k), false, scope);
+                    scope.services.insert(*k);
+                }
+            }
+        }
+        rules_may_change
+    }
+
+    /// Puts in what `svc` wants now (its footprint `f`): its virtual servers, taken from
+    /// `fresh`, and its set entries, VIPs, out filters and counts. True when the rules may
+    /// change.
+    fn put_in(
+        &mut self,
+        svc: &Arc<Service>,
+        f: &Footprint,
+        fresh: &mut Desired,
+        scope: &mut Scope,
+    ) -> bool {
+        let mut rules_may_change = false;
+        for k in &f.vs {
+            if let Some(vs) = fresh.state.services.remove(k) {
+                if self.desired.state.services.get(k) != Some(&vs) {
+                    scope.services.insert(*k);
+                }
+                self.desired.state.services.insert(*k, vs);
+                self.desired.owners.insert(*k, Arc::clone(svc));
+                rules_may_change |= self.derived(&sets::OWNED, owned(k), true, scope);
+            }
+        }
+        for (def, family, e) in &f.entries {
+            rules_may_change |= self.add_entry(def, *family, *e, scope);
+        }
+        for a in &f.addresses {
+            rules_may_change |= self.add_address(*a, scope);
+        }
+        for o in &f.out_filters {
+            rules_may_change = true;
+            *self.out_filters.entry(o.clone()).or_default() += 1;
+        }
+        for (family, (i, e)) in &f.no_local {
+            let c = self.desired.no_local_endpoints.entry(*family).or_default();
+            c.0 += i;
+            c.1 += e;
+        }
+        rules_may_change
+    }
+
+    /// Takes out what a changed Service put in before (its old footprint `f`), but for its
+    /// virtual servers ([`Kept::drop_unwanted`]): set entries, VIPs, out filters and counts,
+    /// each as far as no other Service shares it. True when the rules may change.
+    fn take_out(&mut self, f: &Footprint, scope: &mut Scope) -> bool {
+        let mut rules_may_change = false;
+        for (def, family, e) in &f.entries {
+            rules_may_change |= self.remove_entry(def, *family, *e, scope);
+        }
+        for a in &f.addresses {
+            rules_may_change |= self.remove_address(*a, scope);
+        }
+        for o in &f.out_filters {
+            rules_may_change = true;
+            if let Some(n) = self.out_filters.get_mut(o) {
+                *n -= 1;
+                if *n == 0 {
+                    self.out_filters.remove(o);
+                }
+            }
+        }
+        for (family, (i, e)) in &f.no_local {
+            if let Some(c) = self.desired.no_local_endpoints.get_mut(family) {
+                c.0 -= i;
+                c.1 -= e;
+            }
+        }
+        rules_may_change
+    }
+
+    /// Computes the rules of every family again, and adds to `scope` the families whose
+    /// rules changed.
+    fn refresh_rules(&mut self, cluster: &Cluster, scope: &mut Scope) {
+        let config = resolve_node_settings(cluster, &self.config);
+        let filters: BTreeSet<OutFilter> = self.out_filters.keys().cloned().collect();
+        for family in &config.families {
+            let rules = family_rules(*family, &config, &self.desired.state, &filters);
+            if self.desired.state.rules.get(family) != Some(&rules) {
+                self.desired.state.rules.insert(*family, rules);
+                scope.rules.insert(*family);
+            }
+        }
+    }
+
+    /// Adds (or removes) an entry only the state derives (ownership, VIPs), never shared.
+    /// True when its set became empty or stopped being so.
+    fn derived(
+        &mut self,
+        def: &SetDef,
+        (family, e): (Family, SetEntry),
+        add: bool,
+        scope: &mut Scope,
+    ) -> bool {
+        let name = set_name(def, family);
+        let Some(set) = self.desired.state.sets.get_mut(&name) else {
+            return false;
+        };
+        let was_empty = set.entries.is_empty();
+        let moved = if add {
+            set.entries.insert(e)
+        } else {
+            set.entries.remove(&e)
+        };
+        let flipped = was_empty != set.entries.is_empty();
+        if moved {
+            scope.entries.entry(name).or_default().insert(e);
+        }
+        flipped
+    }
+
+    fn add_entry(
+        &mut self,
+        def: &'static SetDef,
+        family: Family,
+        e: SetEntry,
+        scope: &mut Scope,
+    ) -> bool {
+        let present = self
+            .desired
+            .state
+            .sets
+            .get(&set_name(def, family))
+            .is_some_and(|s| s.entries.contains(&e));
+        if present {
+            *self
+                .shared_entries
+                .entry((def.name, family, e))
+                .or_default() += 1;
+            return false;
+        }
+        self.derived(def, (family, e), true, scope)
+    }
+
+    fn remove_entry(
+        &mut self,
+        def: &'static SetDef,
+        family: Family,
+        e: SetEntry,
+        scope: &mut Scope,
+    ) -> bool {
+        let key = (def.name, family, e);
+        if let Some(n) = self.shared_entries.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.shared_entries.remove(&key);
+            }
+            return false;
+        }
+        self.derived(def, (family, e), false, scope)
+    }
+
+    fn add_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
+        if !self.desired.state.addresses.insert(ip) {
+            *self.shared_addresses.entry(ip).or_default() += 1;
+            return false;
+        }
+        scope.addresses.insert(ip);
+        self.derived(
+            &sets::IPVS_IPS,
+            (Family::of(&ip), SetEntry::Ip(ip)),
+            true,
+            scope,
+        )
+    }
+
+    fn remove_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
+        if let Some(n) = self.shared_addresses.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.shared_addresses.remove(&ip);
+            }
+            return false;
+        }
+        self.desired.state.addresses.remove(&ip);
+        scope.addresses.insert(ip);
+        self.derived(
+            &sets::IPVS_IPS,
+            (Family::of(&ip), SetEntry::Ip(ip)),
+            false,
+            scope,
+        )
+    }
+}
+
+/// The counts above one, less one: how many more than one holder each shared key has.
+fn more<K: std::hash::Hash + Eq>(m: HashMap<K, u32>) -> HashMap<K, u32> {
+    m.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, n)| (k, n - 1))
+        .collect()
+}
+
+/// The ownership-set entry of a virtual server.
+fn owned(k: &VsKey) -> (Family, SetEntry) {
+    (
+        Family::of(&k.address),
+        SetEntry::IpPort(k.address, k.protocol, k.port),
+    )
+}

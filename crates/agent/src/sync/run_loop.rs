@@ -1,0 +1,232 @@
+//! The loop that runs syncs: when the next one runs, whether it reads the kernel or takes
+//! the changed Services alone, and what follows a failure.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::failures::{self, Backoff, FailureLog, Failures, cannot_program};
+use super::{Periods, Report, Syncer};
+use crate::dataplane::{Dataplane, Error};
+use crate::model::cluster::{Cluster, changed_services};
+
+/// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
+/// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has
+/// listed everything once.
+///
+/// When the kernel refuses something, the loop reads it again and retries with exponential
+/// backoff (from `min_sync`, at least 1 s, up to the sync period); each distinct failure is
+/// logged once, and once more when it ends. `on_report` sees every sync that ran;
+/// `on_blocked` is told after every pass why nothing at all could be programmed (`Some`), or
+/// that something could (`None`).
+pub async fn run<D: Dataplane>(
+    syncer: &mut Syncer<D>,
+    mut snapshots: watch::Receiver<Option<Arc<Cluster>>>,
+    periods: Periods,
+    shutdown: impl Future<Output = ()>,
+    mut on_report: impl FnMut(&Report),
+    mut on_blocked: impl FnMut(Option<&str>),
+) {
+    tokio::pin!(shutdown);
+    let mut pacing = Pacing::new(periods);
+    loop {
+        if !pacing.wake(syncer, &mut snapshots, &mut shutdown).await {
+            return;
+        }
+        let Some(cluster) = snapshots.borrow_and_update().clone() else {
+            debug!("waiting for the source's first complete snapshot");
+            pacing.wait = true;
+            pacing.next_full = Instant::now() + periods.sync;
+            continue;
+        };
+        let Some((full, result)) = pacing.sync(syncer, cluster).await else {
+            continue;
+        };
+        let (failed, blocked) = match result {
+            Ok(report) => {
+                let blocked = pacing.synced(&report, full, syncer.desired_virtual_servers());
+                on_report(&report);
+                (failures::failures(&report), blocked)
+            }
+            Err(e) => {
+                let error = e.to_string();
+                (vec![("sync".to_string(), error.clone())], Some(error))
+            }
+        };
+        pacing.failures(failed);
+        pacing.tell_blocked(blocked.clone());
+        on_blocked(blocked.as_deref());
+    }
+}
+
+/// What the loop keeps from pass to pass.
+struct Pacing {
+    periods: Periods,
+    /// When the next full sync is due.
+    next_full: Instant,
+    /// When the last sync started.
+    last_sync: Option<Instant>,
+    backoff: Backoff,
+    failure_log: FailureLog,
+    /// Why nothing at all could be programmed, as last told.
+    last_blocked: Option<String>,
+    /// Whether the pass waits for a change or the full-sync timer: the first pass syncs at
+    /// once, later ones wait.
+    wait: bool,
+    /// The snapshot of the last sync.
+    previous: Option<Arc<Cluster>>,
+    /// Whether the last pass failed: its retry reads the kernel itself, whole.
+    failing: bool,
+}
+
+impl Pacing {
+    fn new(periods: Periods) -> Self {
+        Self {
+            periods,
+            next_full: Instant::now(),
+            last_sync: None,
+            backoff: Backoff::new(periods.min_sync, periods.sync),
+            failure_log: FailureLog::default(),
+            last_blocked: None,
+            wait: false,
+            previous: None,
+            failing: false,
+        }
+    }
+
+    /// Waits for a change, the full-sync timer or the end of a read made apart, then for
+    /// `min_sync` to have passed since the last sync. False when the loop is to stop: on
+    /// `shutdown`, or when the source is gone (the kernel keeps the last state).
+    async fn wake<D: Dataplane>(
+        &mut self,
+        syncer: &mut Syncer<D>,
+        snapshots: &mut watch::Receiver<Option<Arc<Cluster>>>,
+        shutdown: &mut Pin<&mut impl Future<Output = ()>>,
+    ) -> bool {
+        if self.wait {
+            // While the read of a periodic pass runs apart, the pass waits for its end.
+            let reading = syncer.reading();
+            tokio::select! {
+                _ = shutdown.as_mut() => return false,
+                changed = snapshots.changed() => {
+                    if changed.is_err() {
+                        return false;
+                    }
+                }
+                _ = tokio::time::sleep_until(self.next_full), if !reading => {}
+                _ = syncer.read_end(), if reading => {}
+            }
+        }
+        // Debounce.
+        if let Some(last) = self.last_sync {
+            let earliest = last + self.periods.min_sync;
+            if Instant::now() < earliest {
+                tokio::select! {
+                    _ = shutdown.as_mut() => return false,
+                    _ = tokio::time::sleep_until(earliest) => {}
+                }
+            }
+        }
+        true
+    }
+
+    /// Syncs `cluster`: fully when due (a periodic pass reads the kernel apart, and runs
+    /// once the read ends), else the Services that changed since the last snapshot. Returns
+    /// whether the sync was full and what it did; `None` when there was nothing to sync.
+    async fn sync<D: Dataplane>(
+        &mut self,
+        syncer: &mut Syncer<D>,
+        cluster: Arc<Cluster>,
+    ) -> Option<(bool, Result<Report, Error>)> {
+        // The changes that come while a read runs apart sync at once against the shadow (a
+        // read at scale takes seconds).
+        let due = Instant::now() >= self.next_full && !syncer.reading();
+        let started = due && !self.failing && syncer.start_read();
+        let full = syncer.read_ended() || (due && !started);
+        self.wait = true;
+        // Between full syncs, only the Services that changed since the last snapshot synced.
+        let changed = self
+            .previous
+            .as_deref()
+            .filter(|_| !full)
+            .and_then(|p| changed_services(p, &cluster));
+        if started && changed.as_ref().is_some_and(BTreeSet::is_empty) {
+            // The timer started the read, and nothing changed: nothing to sync until it ends.
+            return None;
+        }
+        self.last_sync = Some(Instant::now());
+        self.previous = Some(cluster.clone());
+        let result = match &changed {
+            Some(changed) => syncer.sync_changed(&cluster, changed).await,
+            None => syncer.sync(&cluster, full).await,
+        };
+        Some((full, result))
+    }
+
+    /// Logs what a sync did and times the next full one. Returns why nothing at all could
+    /// be programmed, if so (`desired` virtual servers were wanted).
+    fn synced(&mut self, report: &Report, full: bool, desired: usize) -> Option<String> {
+        for w in &report.warnings {
+            warn!("{w}");
+        }
+        if report.ops() > 0 {
+            info!(
+                full = report.full,
+                ops = report.ops(),
+                failed = report.applied.failed.len(),
+                "synced"
+            );
+        }
+        if report.applied.failed.is_empty() && full {
+            self.next_full = Instant::now() + self.periods.sync;
+        }
+        if let Some(recheck) = report.recheck_in {
+            self.next_full = self.next_full.min(Instant::now() + recheck);
+        }
+        cannot_program(report, desired)
+    }
+
+    /// Logs the failures that start and end, and after a failure times the retry, with
+    /// the kernel read again, later each time it fails again.
+    fn failures(&mut self, failed: Failures) {
+        let changes = self.failure_log.update(failed.clone());
+        for (what, error) in &changes.new {
+            warn!(op = %what, error = %error, "the kernel refused; retrying with backoff");
+        }
+        for what in &changes.ended {
+            info!(op = %what, "no longer failing");
+        }
+        self.failing = !failed.is_empty();
+        if failed.is_empty() {
+            self.backoff.succeeded();
+        } else {
+            let delay = self.backoff.failed();
+            debug!(
+                failures = failed.len(),
+                repeated = changes.repeated,
+                retry_in = ?delay,
+                "sync had failures"
+            );
+            self.next_full = Instant::now() + delay;
+        }
+    }
+
+    /// Logs when nothing at all can be programmed any more, or can be again.
+    fn tell_blocked(&mut self, blocked: Option<String>) {
+        if blocked == self.last_blocked {
+            return;
+        }
+        match &blocked {
+            Some(reason) => {
+                warn!(reason = %reason, "cannot program the kernel at all; /healthz is 503 and kube_proxy_ipvs_blocked 1")
+            }
+            None if self.last_blocked.is_some() => info!("the kernel can be programmed again"),
+            None => {}
+        }
+        self.last_blocked = blocked;
+    }
+}
