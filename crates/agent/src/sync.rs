@@ -3,12 +3,12 @@
 //!
 //! The kernel is read once at start and at every full sync (`--ipvs-sync-period`), which also
 //! repairs drift (on a large node each periodic pass reads the real servers of one share of
-//! the virtual servers, in turn: [`crate::model::rolling`]); in between, the agent diffs against its own record of what it applied, so an
-//! endpoint change costs only the operations it needs. The read of a periodic pass runs
-//! apart, on a task of its own, while changes keep syncing against the shadow; what they
-//! apply meanwhile is replayed on what it read (`sync::reading`), then the pass plans as usual
-//! (the first sync and the retry after a failure read the kernel themselves). Syncs are at least
-//! `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
+//! the virtual servers, in turn: [`crate::model::rolling`]); in between, the agent diffs
+//! against its own record of what it applied, so an endpoint change costs only the
+//! operations it needs. The read of a periodic pass runs apart, on a task of its own, while
+//! changes keep syncing against the shadow; what they apply meanwhile is replayed on what it
+//! read (`sync::reading`), then the pass plans as usual (the first sync and the retry after a
+//! failure read the kernel themselves). Syncs are at least `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
 //!
 //! Removed TCP real servers drain (see [`crate::model::drain`]): a sync that removes real
@@ -19,7 +19,7 @@
 //! come sooner than the period.
 //!
 //! One sync ([`Syncer::sync`], [`Syncer::sync_changed`]) reads, computes (one call into the
-//! model, [`Incremental::advance`]), plans, applies, records and reports. Its parts:
+//! model, [`Incremental::advance`]), plans, applies, records and reports. The parts:
 //! - `full_read`: the kernel read of a full sync, whole, a periodic pass's share, or made
 //!   apart (`reading`) and taken in;
 //! - `priority`: the priority Services the first sync programs before everything else;
@@ -30,7 +30,9 @@
 //! - `programming`: which EndpointSlice changes a sync put in the kernel;
 //! - `report`: report assembly;
 //! - `run_loop`: [`run`], the loop that decides when to sync and what follows a failure,
-//!   with `failures`: its backoff and failure log.
+//!   with `failures`: its backoff and failure log;
+//! - `tests`: the syncs against the in-memory dataplane and the loop in paused time, with
+//!   `tests/reading.rs` for the reads made apart.
 
 mod connections;
 mod conntrack;
@@ -211,6 +213,7 @@ impl<D: Dataplane> Syncer<D> {
         self.sync_inner(cluster, false, Some(changed)).await
     }
 
+    /// One sync, in its steps: read, compute, plan, apply, record, report.
     async fn sync_inner(
         &mut self,
         cluster: &Cluster,
