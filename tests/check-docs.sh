@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Keeps the operator's documentation honest where a machine can tell: every flag, file, test
-# and metric that README.md or deploy/README.md names in backticks must exist.
+# Keeps the documentation honest where a machine can tell: every flag, file, test and metric
+# that a page names in backticks must exist, and every relative link must lead somewhere.
 #
 #   tests/check-docs.sh --binary target/debug/kube-proxy-ipvs [FILE.md...]
+#
+# Without FILE, the pages tests/run.sh checks: README.md, CONTRIBUTING.md, deploy/README.md,
+# vagrant/README.md and docs/*.md.
 #
 # What is checked, in backticked spans outside fenced code blocks (a span may run over a line
 # break, as Markdown allows):
@@ -16,10 +19,13 @@
 #            last part (`fuzz-corpus/TARGET`) is a placeholder, and its directory is checked.
 #   tests    a snake_case identifier of 4 or more words: some `fn NAME` in the repository's
 #            Rust or Go sources must define it.
-#   metrics  `kubeproxy_*`, `kube_proxy_ipvs_*`, `kubernetes_build_info`: the baseline scrape
-#            (crates/agent/src/metrics/testdata/baseline.txt) or the metrics source must name
-#            it (a name ending in `_` or `*` is a prefix; a histogram's `_bucket`, `_sum` and
-#            `_count` series count as the histogram).
+#   metrics  `kubeproxy_*`, `kube_proxy_ipvs_*`, `process_*`, `kubernetes_build_info`: the
+#            baseline scrape (crates/agent/src/metrics/testdata/baseline.txt) or the metrics
+#            source must name it (a name ending in `_` or `*` is a prefix; a histogram's
+#            `_bucket`, `_sum` and `_count` series count as the histogram, and a counter's
+#            `_total` may be left out of the source, which registers counters without it).
+#   links    a Markdown link `[text](target)` that is not a URL or an anchor: its file (the
+#            part before any `#`) must exist, from the document's own directory.
 # Each problem is printed as FILE:LINE: what; the exit status is 1 when there is one.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +35,7 @@ docs=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --binary) binary=$2; shift 2 ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
         -*) echo "check-docs: unknown argument $1" >&2; exit 2 ;;
         *) docs+=("$1"); shift ;;
     esac
@@ -42,7 +48,7 @@ fi
 binary=$(realpath "$binary")
 for i in "${!docs[@]}"; do docs[i]=$(realpath "${docs[i]}"); done
 cd "$repo"
-[[ ${#docs[@]} -gt 0 ]] || docs=(README.md deploy/README.md)
+[[ ${#docs[@]} -gt 0 ]] || docs=(README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -134,7 +140,8 @@ while IFS=$'\t' read -r file line span; do
     for word in "${words[@]}"; do
         word=${word%[.,:;)]}
         word=${word#(}
-        [[ $word == */* && $word != /* && $word != *://* && $word != *'$'* ]] || continue
+        # Not a path: absolute (the node's, not ours), a URL, a variable, an assignment.
+        [[ $word == */* && $word != /* && $word != *://* && $word != *'$'* && $word != *=* ]] || continue
         if [[ $word =~ ^($top_dirs)/ || $word =~ /[^/]*[A-Za-z0-9_]\.[a-z]{1,5}$ ]]; then
             # A placeholder last (`fuzz-corpus/TARGET`): its directory must exist.
             [[ ${word##*/} =~ ^[A-Z][A-Z_]*$ ]] && word=${word%/*}/
@@ -160,11 +167,13 @@ while IFS=$'\t' read -r file line span; do
             grep -qE "(^|[^a-z_])${name}([^a-z0-9_]|$)" "$work/metrics" && continue
             base=$(sed -E 's/_(bucket|sum|count)$//' <<<"$name")
             grep -qE "(^|[^a-z_])${base}([^a-z0-9_]|$)" "$work/metrics" && continue
+            counter=${name%_total}
+            [[ $counter != "$name" ]] && grep -qE "(^|[^a-z_])${counter}([^a-z0-9_]|$)" "$work/metrics" && continue
         else
             grep -qE "(^|[^a-z_])${name}" "$work/metrics" && continue
         fi
         problem "$file" "$line" "metric $metric is neither in the baseline scrape nor in the metrics source"
-    done < <(grep -oE '\b(kubeproxy_[a-z0-9_]*\*?|kube_proxy_ipvs_[a-z0-9_]*\*?|kubernetes_build_info)' <<<"$span" || true)
+    done < <(grep -oE '\b(kubeproxy_[a-z0-9_]*\*?|kube_proxy_ipvs_[a-z0-9_]*\*?|process_[a-z0-9_]*\*?|kubernetes_build_info)' <<<"$span" || true)
 
     # Tests.
     if [[ -z $metric_span && $span =~ ^[a-z][a-z0-9]*(_[a-z0-9]+){3,}$ ]]; then
@@ -172,6 +181,26 @@ while IFS=$'\t' read -r file line span; do
             problem "$file" "$line" "test $span: no fn of that name in the repository"
     fi
 done <"$work/spans"
+
+# Links: file<TAB>line<TAB>target, for every inline link outside fenced code.
+perl -e '
+    for my $file (@ARGV) {
+        open(my $in, "<", $file) or die "$file: $!\n";
+        my $fence = 0;
+        while (my $text = <$in>) {
+            if ($text =~ /^\s*(```|~~~)/) { $fence = !$fence; next; }
+            next if $fence;
+            $text =~ s/`[^`]*`//g;
+            while ($text =~ /\]\(([^()\s]+)\)/g) { print "$file\t$.\t$1\n"; }
+        }
+        close $in;
+    }
+' "${docs[@]}" >"$work/links"
+while IFS=$'\t' read -r file line target; do
+    [[ $target == *://* || $target == mailto:* || $target == \#* ]] && continue
+    path=${target%%#*}
+    [[ -e $(dirname "$file")/$path ]] || problem "$file" "$line" "link $target leads to no file"
+done <"$work/links"
 
 if [[ $problems -gt 0 ]]; then
     echo "check-docs: $problems problem(s) in ${docs[*]}" >&2

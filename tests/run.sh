@@ -25,8 +25,8 @@ bash tests/libraries.sh
 step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
-step "the documentation (each flag, file, test and metric README.md and deploy/README.md name exists)"
-bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs
+step "the documentation (each flag, file, test, metric and link the README, CONTRIBUTING.md, deploy/, vagrant/ and docs/ pages name exists)"
+bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md
 step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
 bash tests/peers/build.sh >/dev/null
 step "kube-proxy's command line: every flag of the real kube-proxy's --help, and its feature gates"

@@ -10,6 +10,7 @@
 #   tests/cluster/e2e.sh [--nodes 1|2] [--explain FILE]
 #
 #   --explain  a markdown file with the explanation of each failing test, appended to E2E.md
+#              (tests/cluster/explain.md holds the last run's: update it from the new logs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -31,14 +31,16 @@ pub struct Args {
     /// explicitly override its fields, each with a warning.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Write the effective configuration to this file and exit.
+    /// Write the effective configuration (the file, the flags and the defaults, as a
+    /// KubeProxyConfiguration) to this file and exit.
     #[arg(long)]
     pub write_config_to: Option<PathBuf>,
     /// A file or directory of YAML manifests (Services, EndpointSlices, Nodes) used instead of
     /// an API server; changes to it are applied.
     #[arg(long)]
     pub manifests: Option<PathBuf>,
-    /// The API server's address (overrides the kubeconfig's).
+    /// The API server's address, overriding the kubeconfig's; without a kubeconfig, this
+    /// address alone, with no credentials (as kube-proxy).
     #[arg(long)]
     pub master: Option<String>,
     /// List the initial state from the API server in pages of this many objects, each page a
@@ -55,8 +57,9 @@ pub struct Args {
     /// Remove everything the agent owns, and nothing else, then exit.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub cleanup: bool,
-    /// Only set up the host (sysctls, IPVS timeouts, conntrack limits) and exit: for a
-    /// privileged init container, so that the agent itself runs with CAP_NET_ADMIN only.
+    /// Only set up the host (the sysctls the agent wants, the IPVS timeouts, the conntrack
+    /// limits) and exit: for a privileged init container, so that the agent itself needs no
+    /// writable /proc/sys.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false", action = clap::ArgAction::Set, value_parser = go_bool)]
     pub init_only: bool,
     /// How long a removed TCP real server may drain at weight 0 before it is deleted even

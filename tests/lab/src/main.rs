@@ -59,7 +59,7 @@ enum Cmd {
         #[arg(long = "exe")]
         executables: Vec<PathBuf>,
         /// Also write the summary table (`lab::report`) to this file, as the document
-        /// `RELIABILITY.md` (see README.md, "The reliability table").
+        /// `RELIABILITY.md` (see CONTRIBUTING.md, "The reliability table").
         #[arg(long, value_name = "PATH")]
         reliability_table: Option<PathBuf>,
         /// Arguments for every libtest binary (a name filter, --nocapture, ...).

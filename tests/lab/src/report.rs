@@ -112,7 +112,7 @@ impl Row {
         assert!(
             SCENARIOS.contains(&(area, scenario)),
             "the reliability scenario ({area:?}, {scenario:?}) is not in lab::report::SCENARIOS: \
-             add it there, and its row to RELIABILITY.md from a full run (README.md, \"The reliability table\")"
+             add it there, and its row to RELIABILITY.md from a full run (CONTRIBUTING.md, \"The reliability table\")"
         );
         Row::unlisted(area, scenario)
     }
@@ -266,7 +266,7 @@ pub fn document(table: &str, kernel: &str, run: &str) -> String {
          What the reliability suite (`crates/agent/tests/reliability/` and two kernel tests of\n\
          `crates/agent/tests/lab.rs`) did to the agent in the lab VM (kernel {kernel}) and what was\n\
          lost: one row per scenario, the last column the verdict (`pass`, or `FAILED` when the\n\
-         test failed). Written by `lab test --reliability-table RELIABILITY.md` (README.md, \"The\n\
+         test failed). Written by `lab test --reliability-table RELIABILITY.md` (CONTRIBUTING.md, \"The\n\
          reliability table\"); `tests/run.sh` checks that it has one row per scenario of the suite.\n\n\
          {run}\n\n\
          {table}"
@@ -403,7 +403,7 @@ mod tests {
         let problems = problems(&text);
         assert!(
             problems.is_empty(),
-            "RELIABILITY.md does not match the reliability suite (rerun it: README.md, \"The reliability table\"):\n{}",
+            "RELIABILITY.md does not match the reliability suite (rerun it: CONTRIBUTING.md, \"The reliability table\"):\n{}",
             problems.join("\n")
         );
     }
