@@ -4,7 +4,7 @@
 //! # Layout
 //! - `host`: the host's addresses ([`Host`]): which are local, which serve node ports, where
 //!   the health-check node ports listen.
-//! - `node_settings`: the settings read from the Node object ([`resolve_node_settings`]).
+//! - `node_settings`: the settings read from the Node object (`resolve_node_settings`).
 //! - `builder`: the state in the making, and what derives from all the Services at the end.
 //! - `service`: one Service, through each way its ports are exposed (cluster IP, external
 //!   IPs, load balancer, node port).
