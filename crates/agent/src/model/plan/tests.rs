@@ -1,0 +1,94 @@
+//! The scoped plan against the whole one: over every key, they are one plan.
+
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::model::cluster::Protocol;
+use crate::model::desired::desired;
+use crate::model::fixtures::{cluster, config, eps, host, svc};
+use crate::model::kernel::SetKind;
+
+/// `state` with `ops` applied, as the kernel would hold it.
+fn programmed(state: &KernelState, ops: &[Op]) -> KernelState {
+    let mut kernel = crate::dataplane::memory::Memory {
+        state: state.clone(),
+        ..Default::default()
+    };
+    for op in ops {
+        kernel.apply_op(op).unwrap_or_else(|e| panic!("{op}: {e}"));
+    }
+    kernel.state
+}
+
+/// Every key of both states: the scope of a change that touched everything.
+fn everything(a: &KernelState, b: &KernelState) -> Scope {
+    let mut scope = Scope::default();
+    for state in [a, b] {
+        scope.services.extend(state.services.keys().copied());
+        for (name, set) in &state.sets {
+            let entries = scope.entries.entry(name.clone()).or_default();
+            entries.extend(set.entries.iter().copied());
+        }
+        scope.addresses.extend(state.addresses.iter().copied());
+        scope.rules.extend(state.rules.keys().copied());
+    }
+    scope
+}
+
+#[test]
+fn a_scope_over_every_key_plans_what_the_whole_plan_plans() {
+    // Before: three Services, each with a node port and an endpoint on another node.
+    let old = cluster(
+        ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                svc(name)
+                    .cluster_ip(&format!("10.96.0.{}", 10 + i))
+                    .tcp(80)
+                    .node_port(30080 + i as u16)
+            })
+            .collect(),
+        ["a", "b", "c"]
+            .iter()
+            .map(|name| eps(name, "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b"))
+            .collect(),
+    );
+    // After: `a` moved its endpoint, `b` and `c` are gone, `d` is new.
+    let new = cluster(
+        vec![
+            svc("a").cluster_ip("10.96.0.10").tcp(80).node_port(30080),
+            svc("d").cluster_ip("10.96.0.20").tcp(80),
+        ],
+        vec![
+            eps("a", "", Protocol::Tcp, 8080).ready("10.244.1.3", "node-b"),
+            eps("d", "", Protocol::Tcp, 8080).ready("10.244.1.4", "node-b"),
+        ],
+    );
+    let none = KernelState::default();
+    let mut kernel = programmed(
+        &none,
+        &plan(&desired(&old, &config(), &host()).state, &none, &[]).ops,
+    );
+    // A set of the wrong type, which neither plan may touch.
+    kernel.sets.get_mut("KUBE-NODE-PORT-TCP").unwrap().kind = SetKind::HashIp;
+    let want = desired(&new, &config(), &host()).state;
+    // Sysctls are outside any scope: the full syncs keep them.
+    kernel.sysctls = want.sysctls.clone();
+
+    let expired = BTreeSet::new();
+    let whole = plan_draining(&want, &kernel, &[], &expired);
+    let scoped = plan_scoped(&want, &kernel, &[], &expired, &everything(&want, &kernel));
+    assert_eq!(scoped, whole);
+    assert_eq!(whole.warnings.len(), 1, "{:?}", whole.warnings);
+    let deleted = whole
+        .ops
+        .iter()
+        .filter(|op| matches!(op, Op::DelService(_)))
+        .count();
+    assert_eq!(
+        deleted, 4,
+        "two cluster IPs and two node ports: {:?}",
+        whole.ops
+    );
+}
