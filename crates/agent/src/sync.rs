@@ -396,4 +396,18 @@ impl<D: Dataplane> Syncer<D> {
         self.shadow = None;
         self.reading = None;
     }
+
+    /// Reads the kernel whole into a new shadow. The old one goes first: never two copies
+    /// of its state.
+    async fn observe_whole(&mut self) -> Result<(), Error> {
+        self.forget_shadow();
+        let crate::dataplane::Observation {
+            state,
+            host,
+            traffic,
+        } = self.dataplane.observe().await?;
+        self.shadow = Some(crate::model::shadow::Shadow { state, host });
+        self.traffic = traffic;
+        Ok(())
+    }
 }

@@ -66,16 +66,7 @@ impl<D: Dataplane> Syncer<D> {
             }
             None => {
                 let Some(part) = self.next_part() else {
-                    // The old shadow goes before the kernel is read: never two copies of its
-                    // state.
-                    self.shadow = None;
-                    let Observation {
-                        state,
-                        host,
-                        traffic,
-                    } = self.dataplane.observe().await?;
-                    self.shadow = Some(Shadow { state, host });
-                    self.traffic = traffic;
+                    self.observe_whole().await?;
                     return Ok((BTreeSet::new(), Duration::ZERO));
                 };
                 let (observation, unread) = self.dataplane.observe_part(&part).await?;

@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 use tracing::debug;
 
 use super::Syncer;
-use crate::dataplane::{Applied, Dataplane, Error, Observation};
+use crate::dataplane::{Applied, Dataplane, Error};
 use crate::model::cluster::Cluster;
 use crate::model::op_kind;
 use crate::model::plan::Plan;
 use crate::model::priority::priority_plan;
-use crate::model::shadow::Shadow;
 
 impl<D: Dataplane> Syncer<D> {
     /// On the first sync of this process (nothing computed yet), applies the additive plan of
@@ -42,14 +41,7 @@ impl<D: Dataplane> Syncer<D> {
             failed = applied.failed.len(),
             "the priority Services failed; the full sync retries them"
         );
-        self.forget_shadow();
-        let Observation {
-            state,
-            host,
-            traffic,
-        } = self.dataplane.observe().await?;
-        self.shadow = Some(Shadow { state, host });
-        self.traffic = traffic;
+        self.observe_whole().await?;
         Ok(None)
     }
 
