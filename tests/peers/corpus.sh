@@ -5,7 +5,8 @@
 # writes it to tests/peers/RESULTS.md stamped with the agent's commit, the peers' versions,
 # the date and each scenario's time; a run that failed, or any partial run, writes nothing.
 # PEERS_JOBS=N (default 2) runs N lab VMs at once, each with its own control plane and an
-# interleaved share of the scenarios. Exits non-zero when a scenario errs or differs unlisted.
+# interleaved share of the scenarios (each VM may run two hours: a loaded machine took 3,500 s
+# for half of the 106 scenarios). Exits non-zero when a scenario errs or differs unlisted.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bash tests/setup.sh
@@ -32,7 +33,7 @@ for ((j = 0; j < jobs; j++)); do
     logs+=("$log")
     # The agent's package is listed for its binary (the payload carries the workspace's
     # programs); the filter runs only the corpus test.
-    PEERS_SCENARIOS=$share cargo run --quiet -p lab -- test --release --memory 2048 \
+    PEERS_SCENARIOS=$share cargo run --quiet -p lab -- test --release --memory 2048 --timeout 7200 \
         -p peers -p kube-proxy-ipvs-agent -- differential_corpus --nocapture >"$log" 2>&1 &
 done
 tail -q -f "${logs[@]}" --pid=$$ 2>/dev/null | grep --line-buffered -E '^peers: |^\| |^lab: ' &

@@ -1,7 +1,7 @@
 //! Prometheus metrics with kube-proxy's names, types and labels (its IPVS-mode registration),
 //! plus the agent's own, served on `metricsBindAddress` in the Prometheus text format 0.0.4.
 //!
-//! Every family is a typed `prometheus-client` metric declared once in [`Metrics::new`];
+//! Every family is a typed `prometheus-client` metric declared once (`metrics::families`);
 //! the library writes the exposition. [`Metrics`] is a recorder the sync loop
 //! ([`Metrics::record`]), the source and the health servers call; [`Metrics::render`] encodes
 //! it. [`serve`] answers `/metrics`, `/configz`, `/healthz` (always `ok`, as the generic
@@ -14,15 +14,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family as Series;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
@@ -36,8 +31,14 @@ use crate::web::{self, Request, Response};
 
 #[cfg(test)]
 mod baseline;
+mod families;
 mod process;
 mod traffic;
+
+use families::{
+    CodeLabels, Families, FamilyLabels, KindLabels, NoLabels, PolicyLabels, SetLabels, TypeLabels,
+    build_labels,
+};
 
 /// kube-proxy's `sync_proxy_rules_duration_seconds` buckets: 1 ms doubling to about 16 s.
 pub fn sync_buckets() -> Vec<f64> {
@@ -127,101 +128,6 @@ impl SyncObservation {
     }
 }
 
-/// `{ip_family}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct FamilyLabels {
-    ip_family: &'static str,
-}
-
-impl From<Family> for FamilyLabels {
-    fn from(f: Family) -> Self {
-        Self {
-            ip_family: family_label(f),
-        }
-    }
-}
-
-/// `{ip_family, traffic_policy}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct PolicyLabels {
-    ip_family: &'static str,
-    traffic_policy: &'static str,
-}
-
-/// `{code}`: an HTTP status.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct CodeLabels {
-    code: u16,
-}
-
-/// `{kind}`: an operation or drift kind.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
-}
-
-/// `{type}`: full or partial.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct TypeLabels {
-    r#type: &'static str,
-}
-
-/// No labels: a family of at most one series, for a gauge with no value until known.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct NoLabels {}
-
-/// `{set}`: an ipset's name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct SetLabels {
-    set: String,
-}
-
-/// kube-proxy's `kubernetes_build_info` labels, with the agent's version and commit.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct BuildLabels {
-    build_date: &'static str,
-    compiler: &'static str,
-    git_commit: &'static str,
-    git_version: String,
-    major: &'static str,
-    minor: &'static str,
-    platform: String,
-}
-
-/// A histogram family whose series all have the same buckets.
-type Histograms = Series<FamilyLabels, Histogram, fn() -> Histogram>;
-
-/// A gauge holding a time or another fraction.
-type FloatGauge = Gauge<f64, AtomicU64>;
-
-/// The typed families, each registered once.
-#[derive(Debug)]
-struct Families {
-    sync_duration: Histograms,
-    network_programming: Histograms,
-    last_timestamp: Series<FamilyLabels, FloatGauge>,
-    last_queued_timestamp: Series<FamilyLabels, FloatGauge>,
-    endpoint_changes_pending: Gauge,
-    endpoint_changes: Counter,
-    service_changes_pending: Gauge,
-    service_changes: Counter,
-    no_local_endpoints: Series<PolicyLabels, Gauge>,
-    restore_failures: Series<FamilyLabels, Counter>,
-    healthz: Series<CodeLabels, Counter>,
-    livez: Series<CodeLabels, Counter>,
-    conntrack_duration: Histograms,
-    conntrack_deleted: Series<FamilyLabels, Counter>,
-    operations: Series<KindLabels, Counter>,
-    operation_failures: Series<KindLabels, Counter>,
-    syncs: Series<TypeLabels, Counter>,
-    drift_repaired: Series<KindLabels, Counter>,
-    blocked: Gauge,
-    draining: Gauge,
-    /// No series until a full sync has read the kernel: an unknown count is not 0.
-    connections: Series<NoLabels, Gauge>,
-    ipset_entries: Series<SetLabels, Gauge>,
-}
-
 /// The recorder: cheap to share (`Arc<Metrics>`), every method takes `&self`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -235,14 +141,6 @@ pub struct Metrics {
     replacing: Mutex<()>,
 }
 
-fn sync_histogram() -> Histogram {
-    Histogram::new(sync_buckets())
-}
-
-fn network_programming_histogram() -> Histogram {
-    Histogram::new(network_programming_buckets())
-}
-
 /// A gauge's value from a count (saturating: a count past `i64::MAX` is not a real case).
 fn gauge_value(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -253,57 +151,9 @@ impl Metrics {
     /// `service_traffic`, the per-virtual-server IPVS counters (`kube_proxy_ipvs_service_*`)
     /// are exported too ([`Metrics::service_traffic`]).
     pub fn new(families: &[Family], service_traffic: bool) -> Self {
-        let f = Families {
-            sync_duration: Series::new_with_constructor(sync_histogram as fn() -> Histogram),
-            network_programming: Series::new_with_constructor(
-                network_programming_histogram as fn() -> Histogram,
-            ),
-            last_timestamp: Series::default(),
-            last_queued_timestamp: Series::default(),
-            endpoint_changes_pending: Gauge::default(),
-            endpoint_changes: Counter::default(),
-            service_changes_pending: Gauge::default(),
-            service_changes: Counter::default(),
-            no_local_endpoints: Series::default(),
-            restore_failures: Series::default(),
-            healthz: Series::default(),
-            livez: Series::default(),
-            conntrack_duration: Series::new_with_constructor(sync_histogram as fn() -> Histogram),
-            conntrack_deleted: Series::default(),
-            operations: Series::default(),
-            operation_failures: Series::default(),
-            syncs: Series::default(),
-            drift_repaired: Series::default(),
-            blocked: Gauge::default(),
-            draining: Gauge::default(),
-            connections: Series::default(),
-            ipset_entries: Series::default(),
-        };
-        // Per-family series exist from the start, at zero, as kube-proxy's.
-        for family in families {
-            let l = FamilyLabels::from(*family);
-            let _ = f.sync_duration.get_or_create(&l);
-            let _ = f.network_programming.get_or_create(&l);
-            let _ = f.last_timestamp.get_or_create(&l);
-            let _ = f.last_queued_timestamp.get_or_create(&l);
-            let _ = f.restore_failures.get_or_create(&l);
-            let _ = f.conntrack_duration.get_or_create(&l);
-            let _ = f.conntrack_deleted.get_or_create(&l);
-            for policy in ["internal", "external"] {
-                let _ = f.no_local_endpoints.get_or_create(&PolicyLabels {
-                    ip_family: l.ip_family,
-                    traffic_policy: policy,
-                });
-            }
-        }
-        // Every kind from the start, so that a rate over any of them is defined.
-        for kind in DriftKind::ALL {
-            let _ = f
-                .drift_repaired
-                .get_or_create(&KindLabels { kind: kind.label() });
-        }
+        let f = Families::new(families);
         let mut registry = Registry::default();
-        register(&mut registry, &f);
+        f.register(&mut registry);
         registry.register_collector(Box::new(process::Collector));
         registry.register(
             "kubernetes_build",
@@ -544,141 +394,6 @@ impl Metrics {
 /// The `Content-Type` of `/metrics`: the Prometheus text format 0.0.4, which every
 /// Prometheus scrapes and kube-proxy serves by default.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
-
-/// Registers every typed family under its exposed name (counters without `_total`, which the
-/// encoder appends) and kube-proxy's help text.
-fn register(r: &mut Registry, f: &Families) {
-    r.register(
-        "kubeproxy_sync_proxy_rules_duration_seconds",
-        "[ALPHA] SyncProxyRules latency in seconds",
-        f.sync_duration.clone(),
-    );
-    r.register(
-        "kubeproxy_network_programming_duration_seconds",
-        "[ALPHA] In Cluster Network Programming Latency in seconds",
-        f.network_programming.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-        "[ALPHA] The last time proxy rules were successfully synced",
-        f.last_timestamp.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-        "[ALPHA] The last time a sync of proxy rules was queued",
-        f.last_queued_timestamp.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-        "[ALPHA] Pending proxy rules Endpoint changes",
-        f.endpoint_changes_pending.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_endpoint_changes",
-        "[ALPHA] Cumulative proxy rules Endpoint changes",
-        f.endpoint_changes.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_service_changes_pending",
-        "[ALPHA] Pending proxy rules Service changes",
-        f.service_changes_pending.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_service_changes",
-        "[ALPHA] Cumulative proxy rules Service changes",
-        f.service_changes.clone(),
-    );
-    // A gauge named `_total`, as kube-proxy registers it.
-    r.register(
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-        "[ALPHA] Number of services with a Local traffic policy and no endpoints",
-        f.no_local_endpoints.clone(),
-    );
-    r.register(
-        "kubeproxy_sync_proxy_rules_iptables_restore_failures",
-        "[ALPHA] Cumulative proxy iptables restore failures",
-        f.restore_failures.clone(),
-    );
-    r.register(
-        "kubeproxy_proxy_healthz",
-        "[ALPHA] Cumulative proxy healthz HTTP status",
-        f.healthz.clone(),
-    );
-    r.register(
-        "kubeproxy_proxy_livez",
-        "[ALPHA] Cumulative proxy livez HTTP status",
-        f.livez.clone(),
-    );
-    r.register(
-        "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-        "[ALPHA] ReconcileConntrackFlowsLatency latency in seconds",
-        f.conntrack_duration.clone(),
-    );
-    r.register(
-        "kubeproxy_conntrack_reconciler_deleted_entries",
-        "[ALPHA] Cumulative conntrack flows deleted by conntrack reconciler",
-        f.conntrack_deleted.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_operations",
-        "Kernel operations applied by the sync loop, by kind",
-        f.operations.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_operation_failures",
-        "Kernel operations that failed (retried at the next sync), by kind",
-        f.operation_failures.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_syncs",
-        "Syncs, by type: full (kernel read back) or partial",
-        f.syncs.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_drift_repaired",
-        "Kernel objects changed outside the agent and repaired by a full sync, by kind \
-         (virtual_server, real_server, set, set_entry, chain, jump, address, link, sysctl); \
-         sum over kind for the total",
-        f.drift_repaired.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_blocked",
-        "1 while the agent cannot program the kernel at all (no rules written, or no virtual server made); the log says why",
-        f.blocked.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_destinations_draining",
-        "IPVS destinations at weight 0 waiting for their connections to end",
-        f.draining.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_connections",
-        "Connections IPVS tracks to the agent's real servers (active and inactive) at the last full read of the kernel",
-        f.connections.clone(),
-    );
-    r.register(
-        "kube_proxy_ipvs_ipset_entries",
-        "Entries in each ipset the agent owns",
-        f.ipset_entries.clone(),
-    );
-}
-
-/// The build this agent is: its crate version and the commit it was built from (`build.rs`).
-fn build_labels() -> BuildLabels {
-    BuildLabels {
-        build_date: env!("KUBE_PROXY_IPVS_BUILD_DATE"),
-        compiler: "rustc",
-        git_commit: env!("KUBE_PROXY_IPVS_GIT_COMMIT"),
-        git_version: format!("v{}", env!("CARGO_PKG_VERSION")),
-        major: env!("CARGO_PKG_VERSION_MAJOR"),
-        minor: env!("CARGO_PKG_VERSION_MINOR"),
-        platform: format!(
-            "{}/{}",
-            std::env::consts::OS,
-            process::go_arch(std::env::consts::ARCH)
-        ),
-    }
-}
 
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)

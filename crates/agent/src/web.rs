@@ -22,8 +22,9 @@ use hyper::header::{CONNECTION, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 /// kube-proxy's retry interval for a server that failed to bind.
@@ -150,39 +151,24 @@ pub async fn bind(addr: SocketAddr, hard_fail: bool, what: &str) -> io::Result<T
 }
 
 /// Answers every connection on `listener` with `handler` within `limits`, until the task is
-/// dropped.
+/// dropped, which ends the connections in progress too (none outlives its server).
 pub async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, limits: Limits) {
     let permits = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let mut connections = JoinSet::new();
     loop {
         // Taken before the accept, so that a full server leaves peers in the accept queue
         // instead of accepting connections it cannot serve.
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             return;
         };
+        // Finished connections leave here, so that the set holds only open ones.
+        while connections.try_join_next().is_some() {}
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let handler = Arc::clone(&handler);
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let _permit = permit;
-                    let service = service_fn(move |request: hyper::Request<Incoming>| {
-                        let request = Request {
-                            method: request.method().as_str().to_string(),
-                            path: request.uri().path().to_string(),
-                        };
-                        let response = handler.handle(&request).into_hyper();
-                        std::future::ready(Ok::<_, Infallible>(response))
-                    });
-                    let connection = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(limits.header_read)
-                        .max_buf_size(limits.max_head.max(8192))
-                        .keep_alive(false)
-                        .serve_connection(TokioIo::new(stream), service);
-                    match tokio::time::timeout(limits.connection, connection).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => debug!(%peer, error = %e, "HTTP connection failed"),
-                        Err(_) => debug!(%peer, "HTTP connection cut at its deadline"),
-                    }
+                    answer(stream, peer, handler, limits).await;
                 });
             }
             Err(e) => {
@@ -191,6 +177,29 @@ pub async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, limits: Lim
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Answers the one request of the connection `stream` from `peer`, within `limits`.
+async fn answer(stream: TcpStream, peer: SocketAddr, handler: Arc<dyn Handler>, limits: Limits) {
+    let service = service_fn(move |request: hyper::Request<Incoming>| {
+        let request = Request {
+            method: request.method().as_str().to_string(),
+            path: request.uri().path().to_string(),
+        };
+        let response = handler.handle(&request).into_hyper();
+        std::future::ready(Ok::<_, Infallible>(response))
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .max_buf_size(limits.max_head.max(8192))
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(limits.connection, connection).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(%peer, error = %e, "HTTP connection failed"),
+        Err(_) => debug!(%peer, "HTTP connection cut at its deadline"),
     }
 }
 
@@ -362,6 +371,19 @@ mod tests {
             t.elapsed()
         );
         server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_server_stopped_ends_its_connections_in_progress() {
+        let (addr, server) = server(Limits::default()).await;
+        // A peer midway through its head: the server would wait 10 s for the rest.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /x HTTP/1.1\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.abort();
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
+        assert!(read.is_ok(), "the connection outlived its server");
     }
 
     #[tokio::test]

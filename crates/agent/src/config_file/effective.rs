@@ -106,70 +106,16 @@ impl KubeProxyConfiguration {
             errs.push(FieldError::new("clusterCIDR", m));
             Vec::new()
         });
-        let cidr_list = |path: &str, list: &[String], errs: &mut Vec<FieldError>| {
-            let mut out = Vec::new();
-            for (i, c) in list.iter().enumerate() {
-                match c.as_str() {
-                    // `primary` is expanded from the Node's addresses by the sync; loopback
-                    // is never served in IPVS mode.
-                    "primary" | "localhost" => {}
-                    "all" => out.extend(
-                        ["0.0.0.0/0", "::/0"].map(|n| n.parse::<IpNet>().unwrap_or_default()),
-                    ),
-                    _ => match parse_cidr(c) {
-                        Ok(n) => out.push(n),
-                        Err(m) => errs.push(FieldError::new(format!("{path}[{i}]"), m)),
-                    },
-                }
-            }
-            out
-        };
         let nodeport_addresses =
             cidr_list("nodePortAddresses", &self.node_port_addresses, &mut errs);
         let exclude_cidrs = cidr_list("ipvs.excludeCIDRs", &self.ipvs.exclude_cidrs, &mut errs);
-        let local_detector = match self.detect_local_mode.as_str() {
-            "NodeCIDR" => LocalDetector::NodeCidr(Vec::new()),
-            "BridgeInterface" => {
-                LocalDetector::BridgeInterface(self.detect_local.bridge_interface.clone())
-            }
-            "InterfaceNamePrefix" => {
-                LocalDetector::InterfaceNamePrefix(self.detect_local.interface_name_prefix.clone())
-            }
-            _ if cluster_cidrs.is_empty() => LocalDetector::None,
-            _ => LocalDetector::ClusterCidr(cluster_cidrs.clone()),
-        };
-        let masquerade_bit = self.iptables.masquerade_bit.unwrap_or(14);
-        let masquerade_bit = u8::try_from(masquerade_bit)
-            .ok()
-            .filter(|b| *b <= 31)
-            .unwrap_or_else(|| {
-                errs.push(FieldError::new(
-                    "iptables.masqueradeBit",
-                    "must be within the range [0, 31]",
-                ));
-                14
-            });
+        let local_detector = self.local_detector(cluster_cidrs);
+        let masquerade_bit = self.masquerade_bit(&mut errs);
         if !errs.is_empty() {
             return Err(Error::invalid(errs));
         }
-        let graceful_termination_timeout = match self.ipvs.graceful_termination_timeout {
-            None => crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT,
-            Some(d) if d.is_negative() => {
-                return Err(Error::invalid(vec![FieldError::new(
-                    "ipvs.gracefulTerminationTimeout",
-                    format!("{d} must not be negative"),
-                )]));
-            }
-            Some(d) => d.to_std(),
-        };
-        let vip_binding = match &self.ipvs.vip_binding {
-            None => VipBinding::default(),
-            Some(v) => v
-                .parse()
-                .map_err(|e: crate::model::config::BadVipBinding| {
-                    Error::invalid(vec![FieldError::new("ipvs.vipBinding", e.to_string())])
-                })?,
-        };
+        let graceful_termination_timeout = self.graceful_termination_timeout()?;
+        let vip_binding = self.vip_binding()?;
         Ok(ProxyConfig {
             node_name: node_name.to_string(),
             scheduler: if self.ipvs.scheduler.is_empty() {
@@ -204,4 +150,78 @@ impl KubeProxyConfiguration {
             allowed_schedulers: self.ipvs.allowed_schedulers.iter().cloned().collect(),
         })
     }
+
+    /// How local traffic is told (`detectLocalMode`); by the cluster CIDRs unless another
+    /// mode is named, and not at all without them.
+    fn local_detector(&self, cluster_cidrs: Vec<IpNet>) -> LocalDetector {
+        match self.detect_local_mode.as_str() {
+            "NodeCIDR" => LocalDetector::NodeCidr(Vec::new()),
+            "BridgeInterface" => {
+                LocalDetector::BridgeInterface(self.detect_local.bridge_interface.clone())
+            }
+            "InterfaceNamePrefix" => {
+                LocalDetector::InterfaceNamePrefix(self.detect_local.interface_name_prefix.clone())
+            }
+            _ if cluster_cidrs.is_empty() => LocalDetector::None,
+            _ => LocalDetector::ClusterCidr(cluster_cidrs),
+        }
+    }
+
+    /// `iptables.masqueradeBit` (14 when unset); out of range, an error in `errs`.
+    fn masquerade_bit(&self, errs: &mut Vec<FieldError>) -> u8 {
+        let masquerade_bit = self.iptables.masquerade_bit.unwrap_or(14);
+        u8::try_from(masquerade_bit)
+            .ok()
+            .filter(|b| *b <= 31)
+            .unwrap_or_else(|| {
+                errs.push(FieldError::new(
+                    "iptables.masqueradeBit",
+                    "must be within the range [0, 31]",
+                ));
+                14
+            })
+    }
+
+    /// `ipvs.gracefulTerminationTimeout`, the model's default when unset.
+    fn graceful_termination_timeout(&self) -> Result<Duration, Error> {
+        match self.ipvs.graceful_termination_timeout {
+            None => Ok(crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT),
+            Some(d) if d.is_negative() => Err(Error::invalid(vec![FieldError::new(
+                "ipvs.gracefulTerminationTimeout",
+                format!("{d} must not be negative"),
+            )])),
+            Some(d) => Ok(d.to_std()),
+        }
+    }
+
+    /// `ipvs.vipBinding`, the default when unset.
+    fn vip_binding(&self) -> Result<VipBinding, Error> {
+        match &self.ipvs.vip_binding {
+            None => Ok(VipBinding::default()),
+            Some(v) => v.parse().map_err(|e: crate::model::config::BadVipBinding| {
+                Error::invalid(vec![FieldError::new("ipvs.vipBinding", e.to_string())])
+            }),
+        }
+    }
+}
+
+/// The CIDRs of a list such as `nodePortAddresses`: `all` is every address of both
+/// families; a bad entry is an error in `errs` naming `path[i]`.
+fn cidr_list(path: &str, list: &[String], errs: &mut Vec<FieldError>) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        match c.as_str() {
+            // `primary` is expanded from the Node's addresses by the sync; loopback
+            // is never served in IPVS mode.
+            "primary" | "localhost" => {}
+            "all" => {
+                out.extend(["0.0.0.0/0", "::/0"].map(|n| n.parse::<IpNet>().unwrap_or_default()))
+            }
+            _ => match parse_cidr(c) {
+                Ok(n) => out.push(n),
+                Err(m) => errs.push(FieldError::new(format!("{path}[{i}]"), m)),
+            },
+        }
+    }
+    out
 }

@@ -152,11 +152,23 @@ impl KubeProxyConfiguration {
         v: &str,
         list: impl Fn() -> Vec<String>,
     ) -> Result<bool, String> {
-        let dur = |v: &str| GoDuration::parse(v);
-        let int = |v: &str| {
-            v.parse::<i32>()
-                .map_err(|_| format!("{v:?} is not an integer"))
-        };
+        // Each group answers `Ok(false)` for a flag not its own; no flag is in two groups.
+        Ok(self.apply_node_flag(flag, v, &list)?
+            || self.apply_ipvs_flag(flag, v, &list)?
+            || self.apply_iptables_flag(flag, v)?
+            || self.apply_server_flag(flag, v)?
+            || self.apply_client_flag(flag, v)?
+            || self.apply_conntrack_flag(flag, v)?
+            || self.apply_logging_flag(flag, v, &list)?)
+    }
+
+    /// The mode, the node's name and addresses, how local traffic is told, feature gates.
+    fn apply_node_flag(
+        &mut self,
+        flag: &str,
+        v: &str,
+        list: &impl Fn() -> Vec<String>,
+    ) -> Result<bool, String> {
         match flag {
             "proxy-mode" => self.mode = v.to_string(),
             "hostname-override" => {
@@ -166,6 +178,36 @@ impl KubeProxyConfiguration {
                 }
                 self.hostname_override = name.to_lowercase();
             }
+            "cluster-cidr" => self.cluster_cidr = list().join(","),
+            "detect-local-mode" => self.detect_local_mode = v.to_string(),
+            "pod-bridge-interface" => self.detect_local.bridge_interface = v.to_string(),
+            "pod-interface-name-prefix" => self.detect_local.interface_name_prefix = v.to_string(),
+            "nodeport-addresses" => self.node_port_addresses = list(),
+            "config-sync-period" => self.config_sync_period = dur(v)?,
+            "oom-score-adj" => self.oom_score_adj = Some(int(v)?),
+            "feature-gates" => {
+                for pair in list() {
+                    let (k, b) = pair
+                        .split_once('=')
+                        .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
+                    let (gate, on) = (k.trim(), go_bool(b.trim())?);
+                    super::gates::check(gate, on)?;
+                    self.feature_gates.insert(gate.to_string(), on);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `--ipvs-*` and `--vip-binding`.
+    fn apply_ipvs_flag(
+        &mut self,
+        flag: &str,
+        v: &str,
+        list: &impl Fn() -> Vec<String>,
+    ) -> Result<bool, String> {
+        match flag {
             "ipvs-scheduler" => self.ipvs.scheduler = v.to_string(),
             "ipvs-sync-period" => self.ipvs.sync_period = dur(v)?,
             "ipvs-min-sync-period" => self.ipvs.min_sync_period = dur(v)?,
@@ -185,6 +227,14 @@ impl KubeProxyConfiguration {
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
             "ipvs-service-metrics" => self.ipvs.service_metrics = go_bool(v)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `--iptables-*` and `--masquerade-all`.
+    fn apply_iptables_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+        match flag {
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
             "iptables-sync-period" => self.iptables.sync_period = dur(v)?,
@@ -192,11 +242,14 @@ impl KubeProxyConfiguration {
             "iptables-localhost-nodeports" => {
                 self.iptables.localhost_node_ports = Some(go_bool(v)?)
             }
-            "cluster-cidr" => self.cluster_cidr = list().join(","),
-            "detect-local-mode" => self.detect_local_mode = v.to_string(),
-            "pod-bridge-interface" => self.detect_local.bridge_interface = v.to_string(),
-            "pod-interface-name-prefix" => self.detect_local.interface_name_prefix = v.to_string(),
-            "nodeport-addresses" => self.node_port_addresses = list(),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The addresses the agent binds and serves on, and what its servers expose.
+    fn apply_server_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+        match flag {
             "bind-address" => self.bind_address = v.to_string(),
             "healthz-bind-address" => self.healthz_bind_address = v.to_string(),
             "metrics-bind-address" => self.metrics_bind_address = v.to_string(),
@@ -207,6 +260,14 @@ impl KubeProxyConfiguration {
             "show-hidden-metrics-for-version" => {
                 self.show_hidden_metrics_for_version = v.to_string()
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `--kubeconfig` and `--kube-api-*`: the connection to the API server.
+    fn apply_client_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+        match flag {
             "kubeconfig" => self.client_connection.kubeconfig = v.to_string(),
             "kube-api-content-type" => self.client_connection.content_type = v.to_string(),
             "kube-api-qps" => {
@@ -214,6 +275,14 @@ impl KubeProxyConfiguration {
                     v.parse().map_err(|_| format!("{v:?} is not a number"))?
             }
             "kube-api-burst" => self.client_connection.burst = int(v)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `--conntrack-*`.
+    fn apply_conntrack_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+        match flag {
             "conntrack-max-per-core" => self.conntrack.max_per_core = Some(int(v)?),
             "conntrack-min" => self.conntrack.min = Some(int(v)?),
             "conntrack-tcp-timeout-established" => {
@@ -225,18 +294,19 @@ impl KubeProxyConfiguration {
             "conntrack-tcp-be-liberal" => self.conntrack.tcp_be_liberal = go_bool(v)?,
             "conntrack-udp-timeout" => self.conntrack.udp_timeout = dur(v)?,
             "conntrack-udp-timeout-stream" => self.conntrack.udp_stream_timeout = dur(v)?,
-            "config-sync-period" => self.config_sync_period = dur(v)?,
-            "oom-score-adj" => self.oom_score_adj = Some(int(v)?),
-            "feature-gates" => {
-                for pair in list() {
-                    let (k, b) = pair
-                        .split_once('=')
-                        .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
-                    let (gate, on) = (k.trim(), go_bool(b.trim())?);
-                    super::gates::check(gate, on)?;
-                    self.feature_gates.insert(gate.to_string(), on);
-                }
-            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `-v`, `--logging-format`, `--vmodule` and `--log-*`.
+    fn apply_logging_flag(
+        &mut self,
+        flag: &str,
+        v: &str,
+        list: &impl Fn() -> Vec<String>,
+    ) -> Result<bool, String> {
+        match flag {
             "v" => {
                 self.logging.verbosity = v
                     .parse()
@@ -272,6 +342,17 @@ impl KubeProxyConfiguration {
         }
         Ok(true)
     }
+}
+
+/// A Go duration (`30s`, `1m30s`).
+fn dur(v: &str) -> Result<GoDuration, String> {
+    GoDuration::parse(v)
+}
+
+/// A 32-bit integer.
+fn int(v: &str) -> Result<i32, String> {
+    v.parse::<i32>()
+        .map_err(|_| format!("{v:?} is not an integer"))
 }
 
 /// A resource quantity as `resource.ParseQuantity` takes it: a decimal number and an optional

@@ -9,6 +9,8 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use super::conntrack::Cleaned;
+use super::host::{HostSetup, HostStep};
+use super::probe::ProbeFailure;
 use super::{Applied, Dataplane, Error, Observation, RealServers, Traffic};
 use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
@@ -35,8 +37,13 @@ pub struct Memory {
     pub conntrack_cleanups: Vec<ConntrackFilter>,
     /// Operations the kernel refuses: those whose description contains one of these. IPVS
     /// refuses with `ENOENT`, as a kernel without some scheduler module refuses its virtual
-    /// servers; the others with [`Error::Refused`].
+    /// servers; the others with [`Error::Refused`]. A scheduler named here is refused by
+    /// [`Dataplane::probe_scheduler`] too.
     pub refuse: Vec<String>,
+    /// The schedulers probed so far.
+    pub probed: Vec<String>,
+    /// Every host set-up asked for.
+    pub host_setups: Vec<HostSetup>,
     /// When set, reading the kernel fails as it does without the IPVS module.
     pub unavailable: bool,
     /// When set, reads made apart ([`Dataplane::read_apart`]) wait for this gate to open.
@@ -263,5 +270,26 @@ impl Dataplane for Memory {
         // No conntrack table: only remember that a pass was asked for.
         self.conntrack_cleanups.push(filter.clone());
         Ok(Vec::new())
+    }
+
+    async fn probe_scheduler(&mut self, scheduler: &str) -> Result<(), ProbeFailure> {
+        self.probed.push(scheduler.to_string());
+        if self.unavailable {
+            let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(ProbeFailure::Unread(
+                ipvs_netlink::Error::FamilyMissing(missing).into(),
+            ));
+        }
+        if self.refuse.iter().any(|r| r == scheduler) {
+            let missing = ipvs_netlink::Error::from_errno(libc::ENOENT);
+            return Err(ProbeFailure::Refused(missing.into()));
+        }
+        Ok(())
+    }
+
+    async fn set_up_host(&mut self, setup: &HostSetup) -> Vec<(HostStep, Error)> {
+        // No host: remember what was asked.
+        self.host_setups.push(setup.clone());
+        Vec::new()
     }
 }

@@ -6,35 +6,42 @@
 //! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
 //! - [`families`][]: which IP families the host can serve.
+//! - [`host`][]: the host's set-up at start (IPVS timeouts, conntrack sysctls, OOM score).
 //! - [`iptables`][]: backend detection, `iptables-save` reading, `iptables-restore --noflush`.
 //! - [`leftovers`][]: kube-proxy iptables and nftables modes' rules, removed at the first sync.
 //! - [`modules`][]: scheduler modules IPVS must not load itself.
+//! - [`probe`][]: the scheduler probe at start.
 //! - [`sysctl`][]: `/proc/sys`.
+//! - [`kernel`][]: the real kernel, the [`Dataplane`] the agent runs on.
 //! - [`memory`][]: an in-memory kernel for tests.
 
 pub mod child;
 pub mod conntrack;
 pub mod families;
+pub mod host;
 pub mod iptables;
 pub mod kernel;
 pub mod leftovers;
 pub mod link;
 pub mod memory;
 pub mod modules;
+pub mod probe;
 pub mod sysctl;
 pub mod vip;
 
-use crate::model::conntrack::ConntrackFilter;
-use crate::model::desired::Host;
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::BoxFuture;
 
+use self::host::{HostSetup, HostStep};
+use self::probe::ProbeFailure;
+use crate::model::conntrack::ConntrackFilter;
+use crate::model::desired::Host;
 use crate::model::kernel::{KernelState, VsKey};
+use crate::model::plan::{Op, Plan};
 use crate::model::rolling::Part;
 
 pub use crate::model::kernel::RealServers;
-use crate::model::plan::{Op, Plan};
 
 /// What reading the kernel gives.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -136,6 +143,26 @@ pub trait Dataplane {
         &mut self,
         filter: &ConntrackFilter,
     ) -> impl Future<Output = Result<Vec<conntrack::Cleaned>, Error>> + Send;
+    /// Checks, as kube-proxy does at start, that the kernel has the IPVS scheduler named
+    /// `scheduler` (see [`probe`]). The default accepts every scheduler: a dataplane with no
+    /// kernel of its own (a wrapper that times or watches another) has nothing to ask.
+    fn probe_scheduler(
+        &mut self,
+        scheduler: &str,
+    ) -> impl Future<Output = Result<(), ProbeFailure>> + Send {
+        let _ = scheduler;
+        async { Ok(()) }
+    }
+    /// Sets the host up as kube-proxy does once at start; a step that fails is reported and
+    /// the others still run. The default, for a dataplane with no host of its own, sets
+    /// nothing.
+    fn set_up_host(
+        &mut self,
+        setup: &HostSetup,
+    ) -> impl Future<Output = Vec<(HostStep, Error)>> + Send {
+        let _ = setup;
+        async { Vec::new() }
+    }
 }
 
 /// Errors at the kernel edge. The libraries' errors are kept whole, so callers sort them by
@@ -232,6 +259,9 @@ pub enum Error {
     /// The conntrack cleanup failed.
     #[error(transparent)]
     Conntrack(#[from] conntrack::Error),
+    /// The agent's `oom_score_adj` could not be written.
+    #[error(transparent)]
+    OomScoreAdj(std::io::Error),
     /// A sysctl could not be written.
     #[error("sysctl {key}: {source}")]
     Sysctl {
@@ -261,7 +291,8 @@ impl Error {
             Error::Shared(e) => e.errno(),
             Error::Io { source, .. }
             | Error::Exec { source, .. }
-            | Error::Sysctl { source, .. } => source.raw_os_error(),
+            | Error::Sysctl { source, .. }
+            | Error::OomScoreAdj(source) => source.raw_os_error(),
             _ => None,
         }
     }

@@ -3,10 +3,11 @@
 //! against it; the in-memory kernel of the tests applies plans with it too.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 
-use super::cluster::Protocol;
+use super::cluster::{Family, Protocol};
 use super::desired::Host;
-use super::kernel::{KernelState, RealServers, Set, VirtualServer, VsKey};
+use super::kernel::{KernelState, RealServers, Set, SetKind, VirtualServer, VsKey};
 use super::plan::Op;
 
 /// The kernel as last read, with every plan applied since replayed on it.
@@ -113,73 +114,37 @@ impl KernelState {
     /// Applies one operation as the kernel does, or refuses it as the kernel would (an
     /// object made twice, or changed while missing) and leaves the state as it was.
     pub fn apply(&mut self, op: &Op) -> Result<(), Refusal> {
-        let s = self;
         match op {
-            Op::CreateLink => s.link = true,
+            Op::CreateLink => self.link = true,
             Op::SetSysctl { key, value } => {
-                s.sysctls.insert(key.clone(), value.clone());
+                self.sysctls.insert(key.clone(), value.clone());
             }
-            Op::CreateSet { name, kind, family } => {
-                if s.sets.contains_key(name) {
-                    return Err(Refusal::Exists(format!("set {name}")));
-                }
-                s.sets.insert(
-                    name.clone(),
-                    Set {
-                        kind: *kind,
-                        family: *family,
-                        entries: BTreeSet::new(),
-                    },
-                );
-            }
+            Op::CreateSet { name, kind, family } => self.create_set(name, *kind, *family)?,
             Op::AddEntries { set, entries } => {
-                let set = s
-                    .sets
-                    .get_mut(set)
-                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
+                let set = self.set_mut(set)?;
                 set.entries.extend(entries.iter().copied());
             }
             Op::DelEntries { set, entries } => {
-                let set = s
-                    .sets
-                    .get_mut(set)
-                    .ok_or_else(|| Refusal::Missing(format!("set {set}")))?;
+                let set = self.set_mut(set)?;
                 for e in entries {
                     set.entries.remove(e);
                 }
             }
             Op::AddAddress(ip) => {
-                if !s.link {
+                if !self.link {
                     return Err(Refusal::Missing("link".into()));
                 }
-                s.addresses.insert(*ip);
+                self.addresses.insert(*ip);
             }
             Op::DelAddress(ip) => {
-                s.addresses.remove(ip);
+                self.addresses.remove(ip);
             }
             Op::WriteRules { family, rules, .. } => {
                 // Holds every jump afterwards, as the kernel does.
-                s.rules.insert(*family, (**rules).clone());
+                self.rules.insert(*family, (**rules).clone());
             }
-            Op::AddService { key, service } => {
-                if s.services.contains_key(key) {
-                    return Err(Refusal::Exists(key.to_string()));
-                }
-                s.services.insert(*key, (**service).clone());
-            }
-            Op::UpdateService { key, service } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                let destinations = std::mem::take(&mut vs.destinations);
-                let connections = std::mem::take(&mut vs.connections);
-                *vs = VirtualServer {
-                    destinations,
-                    connections,
-                    ..(**service).clone()
-                };
-            }
+            Op::AddService { key, service } => self.add_service(key, service)?,
+            Op::UpdateService { key, service } => self.update_service(key, service)?,
             Op::AddDestination {
                 key,
                 destination,
@@ -190,40 +155,92 @@ impl KernelState {
                 destination,
                 weight,
             } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                vs.destinations.insert(*destination, *weight);
+                self.service_mut(key)?
+                    .destinations
+                    .insert(*destination, *weight);
             }
-            Op::DelDestination { key, destination } => {
-                let vs = s
-                    .services
-                    .get_mut(key)
-                    .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
-                vs.destinations
-                    .remove(destination)
-                    .ok_or_else(|| Refusal::Missing(format!("destination {destination}")))?;
-                vs.connections.remove(destination);
-            }
+            Op::DelDestination { key, destination } => self.del_destination(key, destination)?,
             Op::DelService(key) => {
-                s.services
+                self.services
                     .remove(key)
                     .ok_or_else(|| Refusal::Missing(format!("service {key}")))?;
             }
             Op::RemoveRules { family, .. } => {
-                s.rules.remove(family);
+                self.rules.remove(family);
             }
             Op::DestroySet(name) => {
-                s.sets
+                self.sets
                     .remove(name)
                     .ok_or_else(|| Refusal::Missing(format!("set {name}")))?;
             }
             Op::DeleteLink => {
-                s.link = false;
-                s.addresses.clear();
+                self.link = false;
+                self.addresses.clear();
             }
         }
+        Ok(())
+    }
+
+    /// The set `name`, or the refusal a missing set gets.
+    fn set_mut(&mut self, name: &str) -> Result<&mut Set, Refusal> {
+        self.sets
+            .get_mut(name)
+            .ok_or_else(|| Refusal::Missing(format!("set {name}")))
+    }
+
+    /// The virtual server `key`, or the refusal a missing one gets.
+    fn service_mut(&mut self, key: &VsKey) -> Result<&mut VirtualServer, Refusal> {
+        self.services
+            .get_mut(key)
+            .ok_or_else(|| Refusal::Missing(format!("service {key}")))
+    }
+
+    /// Makes an empty set, unless one of that name exists.
+    fn create_set(&mut self, name: &str, kind: SetKind, family: Family) -> Result<(), Refusal> {
+        if self.sets.contains_key(name) {
+            return Err(Refusal::Exists(format!("set {name}")));
+        }
+        self.sets.insert(
+            name.to_owned(),
+            Set {
+                kind,
+                family,
+                entries: BTreeSet::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Makes a virtual server, unless one with that key exists.
+    fn add_service(&mut self, key: &VsKey, service: &VirtualServer) -> Result<(), Refusal> {
+        if self.services.contains_key(key) {
+            return Err(Refusal::Exists(key.to_string()));
+        }
+        self.services.insert(*key, service.clone());
+        Ok(())
+    }
+
+    /// Changes a virtual server's settings; its real servers and their connections stay, as
+    /// the kernel's edit of a service leaves its destinations.
+    fn update_service(&mut self, key: &VsKey, service: &VirtualServer) -> Result<(), Refusal> {
+        let vs = self.service_mut(key)?;
+        let destinations = std::mem::take(&mut vs.destinations);
+        let connections = std::mem::take(&mut vs.connections);
+        *vs = VirtualServer {
+            destinations,
+            connections,
+            ..service.clone()
+        };
+        Ok(())
+    }
+
+    /// Removes a real server and its connection count.
+    fn del_destination(&mut self, key: &VsKey, destination: &SocketAddr) -> Result<(), Refusal> {
+        let vs = self.service_mut(key)?;
+        vs.destinations
+            .remove(destination)
+            .ok_or_else(|| Refusal::Missing(format!("destination {destination}")))?;
+        vs.connections.remove(destination);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@
 //!   conversions between the model and its library.
 //! - `reader`: what a full sync reads, on the agent's sockets or on its own ones.
 //! - `worker`: work on a thread of its own while the plan goes on.
+//! - `setup`: the scheduler probe and the host's set-up, once at start.
 //!
 //! Nothing here blocks the runtime's threads, which also serve `/healthz` and the
 //! health-check node ports: programs (`iptables-restore`, which may wait for the xtables
@@ -19,6 +20,7 @@ mod ipvs;
 mod reader;
 mod schedule;
 mod sets;
+mod setup;
 mod worker;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,9 +33,11 @@ use tracing::{debug, warn};
 use self::ipvs::ipvs_error;
 use self::schedule::{Route, Stage, schedule};
 use self::worker::Worker;
+use super::host::{HostSetup, HostStep};
 use super::iptables::{self, Backend, Written};
 use super::link::{Address, BRIDGE_ROUTE_METRIC, Links};
 use super::modules::Preloader;
+use super::probe::ProbeFailure;
 use super::vip::Bindings;
 use super::{Applied, Dataplane, Error, Observation, RealServers, sysctl};
 use crate::model::cluster::Family;
@@ -164,22 +168,6 @@ impl Kernel {
     /// The iptables backend in use.
     pub fn backend(&self) -> Backend {
         self.backend
-    }
-
-    /// The IPVS handle (for timeouts and cleanup).
-    pub fn ipvs(&self) -> &ipvs_netlink::Handle {
-        &self.ipvs
-    }
-
-    /// Loads the module of `scheduler` before IPVS first needs it, when IPVS loading it could
-    /// deadlock (see [`super::modules`]).
-    pub async fn prepare_scheduler(&self, scheduler: &str) {
-        self.modules.prepare(scheduler).await;
-    }
-
-    /// The rtnetlink handle (for cleanup).
-    pub fn links(&self) -> &Links {
-        &self.links
     }
 
     /// Applies `ops` of `route` now, on the agent's own sockets.
@@ -375,6 +363,14 @@ impl Dataplane for Kernel {
         filter: &crate::model::conntrack::ConntrackFilter,
     ) -> Result<Vec<super::conntrack::Cleaned>, Error> {
         Ok(super::conntrack::clean(filter.clone()).await?)
+    }
+
+    async fn probe_scheduler(&mut self, scheduler: &str) -> Result<(), ProbeFailure> {
+        self.probe(scheduler).await
+    }
+
+    async fn set_up_host(&mut self, setup: &HostSetup) -> Vec<(HostStep, Error)> {
+        self.set_up(setup).await
     }
 }
 

@@ -1,4 +1,13 @@
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+
+use super::parse::missing;
 use super::*;
+use crate::model::cluster::*;
 
 fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(yaml: &str) -> T {
     match serde_saphyr::from_str(yaml) {
