@@ -40,7 +40,7 @@ use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
 use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation, RealServers};
 use kube_proxy_ipvs_agent::model::cluster::{
     Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
-    ServiceRef, ServiceType, TrafficPolicy,
+    ServiceRef, ServiceType, SliceRef, TrafficPolicy,
 };
 use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
 use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls};
@@ -244,7 +244,7 @@ fn cluster(n: usize) -> Cluster {
             })
             .collect();
         c.slices.insert(
-            (id.namespace.clone(), format!("{}-x", id.name)),
+            SliceRef::new(id.namespace.clone(), format!("{}-x", id.name)),
             Arc::new(EndpointSlice {
                 name: format!("{}-x", id.name),
                 service: id.clone(),
@@ -575,7 +575,7 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
     let t = Instant::now();
     let (rt, mut cluster, mut syncer) = in_memory(n);
     let cold = t.elapsed().as_secs_f64();
-    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
     let (mut alone, mut whole) = (Vec::new(), Vec::new());
     for c in 0..changes {
         let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
@@ -617,7 +617,7 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
 /// comes during a pass waits for.
 fn pass(n: usize, passes: usize) {
     let (rt, mut cluster, mut syncer) = in_memory(n);
-    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
     let (mut kept, mut built) = (Vec::new(), Vec::new());
     for c in 0..passes {
         change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
@@ -643,7 +643,7 @@ fn pass(n: usize, passes: usize) {
 /// server's) moves to an address in `base`'s /16. Returns the slice's Service.
 fn change_endpoint(
     cluster: &mut Cluster,
-    keys: &[(String, String)],
+    keys: &[SliceRef],
     c: usize,
     base: [u8; 4],
 ) -> ServiceRef {
@@ -673,7 +673,7 @@ fn slowest(what: &str, n: usize, times: &[f64]) {
 fn snapshot(n: usize, changes: usize) {
     use kube_proxy_ipvs_agent::model::cluster::changed_services;
     let mut last = cluster(n);
-    let keys: Vec<(String, String)> = last.slices.keys().cloned().collect();
+    let keys: Vec<SliceRef> = last.slices.keys().cloned().collect();
     let mut times = Vec::new();
     for c in 0..changes {
         let t = Instant::now();
@@ -763,7 +763,7 @@ fn heap(n: usize, cold_only: bool) {
         mib(after_cold)
     );
     if !cold_only {
-        let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+        let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
         for c in 0..20 {
             let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
             let changed = BTreeSet::from([id]);
@@ -929,7 +929,7 @@ fn agent_child(n: usize, changes: usize) {
     }
 
     // One endpoint change at a time, with the full state programmed.
-    let keys: Vec<(String, String)> = cluster.slices.keys().cloned().collect();
+    let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
     if std::env::var_os("SCALE_ESTIMATION_AB").is_some() {
         estimation_phases(&rt, &mut syncer, &mut cluster, &keys, changes, &mut put);
         drop(syncer);
@@ -1071,7 +1071,7 @@ fn estimation_phases(
     rt: &tokio::runtime::Runtime,
     syncer: &mut Syncer<Timed>,
     cluster: &mut Cluster,
-    keys: &[(String, String)],
+    keys: &[SliceRef],
     changes: usize,
     put: &mut impl FnMut(&str, String),
 ) {

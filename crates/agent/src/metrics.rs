@@ -23,6 +23,8 @@ use prometheus_client::registry::Registry;
 
 use crate::dataplane::Applied;
 use crate::model::cluster::Family;
+use crate::model::drift::DriftKind;
+use crate::model::op_kind::OpKind;
 use crate::model::plan::{Op, Plan};
 use crate::sync::Report;
 use crate::web::{self, Request, Response};
@@ -69,14 +71,14 @@ pub struct SyncObservation {
     /// When it ended.
     pub at: Option<SystemTime>,
     /// Operations applied, by kind.
-    pub ops: BTreeMap<&'static str, u64>,
+    pub ops: BTreeMap<OpKind, u64>,
     /// Operations that failed, by kind.
-    pub failed: BTreeMap<&'static str, u64>,
+    pub failed: BTreeMap<OpKind, u64>,
     /// Families whose `iptables-restore` failed.
     pub restore_failed: BTreeSet<Family>,
     /// Kernel objects that a full sync repaired after someone else changed them, by kind
-    /// (one of [`crate::sync::DRIFT_KINDS`]; the sync loop knows which, empty if unknown).
-    pub drift_repaired: BTreeMap<&'static str, u64>,
+    /// (the sync loop knows which, empty if unknown).
+    pub drift_repaired: BTreeMap<DriftKind, u64>,
 }
 
 impl SyncObservation {
@@ -93,7 +95,7 @@ impl SyncObservation {
     /// A plan's operations counted by kind (`counts`, [`crate::sync::Report::op_counts`])
     /// and those of them that `failed`.
     pub fn from_counts<'a>(
-        counts: &BTreeMap<&'static str, u64>,
+        counts: &BTreeMap<OpKind, u64>,
         failed: impl Iterator<Item = &'a Op>,
         duration: Duration,
         at: SystemTime,
@@ -105,12 +107,12 @@ impl SyncObservation {
             ..Self::default()
         };
         for op in failed {
-            let kind = op.kind().label();
+            let kind = op.kind();
             *obs.failed.entry(kind).or_default() += 1;
-            if let Some(n) = obs.ops.get_mut(kind) {
+            if let Some(n) = obs.ops.get_mut(&kind) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    obs.ops.remove(kind);
+                    obs.ops.remove(&kind);
                 }
             }
             if let Op::WriteRules { family, .. } = op {
@@ -190,13 +192,13 @@ impl Metrics {
         // Failure counters start at 0 for what was tried, as kube-proxy's do, so a dashboard's
         // rate() has a series before the first failure.
         for (kind, n) in &obs.ops {
-            let l = KindLabels { kind };
+            let l = KindLabels { kind: kind.label() };
             f.operations.get_or_create(&l).inc_by(*n);
             let _ = f.operation_failures.get_or_create(&l);
         }
         for (kind, n) in &obs.failed {
             f.operation_failures
-                .get_or_create(&KindLabels { kind })
+                .get_or_create(&KindLabels { kind: kind.label() })
                 .inc_by(*n);
         }
         for family in &obs.restore_failed {
@@ -206,7 +208,7 @@ impl Metrics {
         }
         for (kind, n) in &obs.drift_repaired {
             f.drift_repaired
-                .get_or_create(&KindLabels { kind })
+                .get_or_create(&KindLabels { kind: kind.label() })
                 .inc_by(*n);
         }
         let r#type = if full { "full" } else { "partial" };
@@ -494,7 +496,7 @@ mod tests {
         m.healthz_response(200);
         m.livez_response(200);
         let obs = SyncObservation {
-            ops: [("add_service", 1)].into(),
+            ops: [(OpKind::AddService, 1)].into(),
             ..SyncObservation::default()
         };
         m.observe_sync(&obs, true);
@@ -610,8 +612,8 @@ mod tests {
             messages: 4,
         };
         let obs = SyncObservation::from_plan(&plan, &applied, Duration::from_millis(3), at);
-        assert_eq!(obs.ops.get("add_address"), Some(&2));
-        assert_eq!(obs.failed.get("del_address"), Some(&1));
+        assert_eq!(obs.ops.get(&OpKind::AddAddress), Some(&2));
+        assert_eq!(obs.failed.get(&OpKind::DelAddress), Some(&1));
         m.observe_sync(&obs, true);
         m.queued(at);
         m.healthz_response(200);
@@ -687,21 +689,27 @@ mod tests {
     fn drift_is_counted_by_kind() {
         let m = Metrics::new(&[Family::V4], false);
         let text = m.render();
-        for kind in crate::sync::DRIFT_KINDS {
+        for kind in DriftKind::ALL {
             let line = format!("kube_proxy_ipvs_drift_repaired_total{{kind=\"{kind}\"}} 0");
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }
-        let sync = |drift: &[(&'static str, u64)]| SyncObservation {
+        let sync = |drift: &[(DriftKind, u64)]| SyncObservation {
             drift_repaired: drift.iter().copied().collect(),
             ..SyncObservation::default()
         };
-        m.observe_sync(&sync(&[("virtual_server", 1), ("real_server", 2)]), true);
-        m.observe_sync(&sync(&[("real_server", 1), ("jump", 1)]), true);
+        m.observe_sync(
+            &sync(&[(DriftKind::VirtualServer, 1), (DriftKind::RealServer, 2)]),
+            true,
+        );
+        m.observe_sync(
+            &sync(&[(DriftKind::RealServer, 1), (DriftKind::Jump, 1)]),
+            true,
+        );
         m.observe_sync(&sync(&[]), true);
         let text = m.render();
         assert_well_formed(&text);
         let series = lines_of(&text, "kube_proxy_ipvs_drift_repaired_total");
-        assert_eq!(series.len(), crate::sync::DRIFT_KINDS.len(), "{series:?}");
+        assert_eq!(series.len(), DriftKind::ALL.len(), "{series:?}");
         for line in [
             "kube_proxy_ipvs_drift_repaired_total{kind=\"virtual_server\"} 1",
             "kube_proxy_ipvs_drift_repaired_total{kind=\"real_server\"} 3",
@@ -748,7 +756,7 @@ mod tests {
             ..Report::default()
         };
         report.no_local_endpoints.insert(Family::V4, (1, 2));
-        report.drift.counts.insert("virtual_server", 1);
+        report.drift.counts.insert(DriftKind::VirtualServer, 1);
         report.conntrack.push(crate::dataplane::conntrack::Cleaned {
             family: Family::V4,
             scanned: 10,

@@ -28,7 +28,7 @@
 //! - `connections`: connection counting, and `traffic`: what IPVS counted per Service port;
 //! - `conntrack`: the UDP conntrack cleanup after a sync;
 //! - `programming`: which EndpointSlice changes a sync put in the kernel;
-//! - `report`: report assembly;
+//! - `report`: report assembly, with `warning`: [`Warning`], what a sync warns of;
 //! - `run_loop`: [`run`], the loop that decides when to sync and what follows a failure,
 //!   with `failures`: its backoff and failure log;
 //! - `tests`: the syncs against the in-memory dataplane and the loop in paused time, with
@@ -45,6 +45,7 @@ mod reading;
 mod report;
 mod run_loop;
 mod traffic;
+mod warning;
 
 #[cfg(test)]
 mod tests;
@@ -70,11 +71,12 @@ use connections::Connections;
 use draining::LosingRead;
 use reading::Reading;
 
-pub use crate::model::drift::{DRIFT_KINDS, Drift};
+pub use crate::model::drift::{Drift, DriftKind};
 pub use failures::{Backoff, FailureLog, cannot_program};
 pub use report::Report;
 pub use run_loop::run;
 pub use traffic::ServiceTraffic;
+pub use warning::Warning;
 
 /// Timing of the loop.
 #[derive(Debug, Clone, Copy)]
@@ -244,7 +246,7 @@ impl<D: Dataplane> Syncer<D> {
         let counted = full.then(|| self.count(&unread));
         // Plan.
         let mut planned = self.plan(&computed, full, now).await;
-        let mut warnings = self.warnings(&computed, &planned);
+        let mut warnings = self.warnings(&computed, &mut planned);
         // Apply.
         let mut applied = self.apply(&planned.plan).await?;
         // Record, the plan's operations counted before the shadow may take them.

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use crate::model::cluster::Family;
-use crate::model::iptables::{FILTER_CHAINS, JUMPS, NAT_CHAINS, jump_rule};
-use crate::model::kernel::Rules;
+use crate::model::iptables::JUMPS;
+use crate::model::kernel::{Jump, Rules, Table};
 
 use super::Error;
 
@@ -176,18 +176,22 @@ pub fn pick(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Seen {
     /// `(table, chain)` of our chains that exist.
-    pub chains: BTreeSet<(String, String)>,
+    pub chains: BTreeSet<(Table, String)>,
     /// `(table, rule)` of our chains, in the order shown.
-    pub rules: Vec<(String, String)>,
-    /// Our jumps from built-in chains that exist, in our own form (`jump_rule`).
-    pub jumps: Vec<(String, String)>,
+    pub rules: Vec<(Table, String)>,
+    /// Our jumps from built-in chains that exist.
+    pub jumps: Vec<Jump>,
 }
 
 /// Reads our chains with `iptables-save`.
 pub fn read(backend: Backend, family: Family) -> Result<Seen, Error> {
     let mut seen = Seen::default();
-    for table in ["nat", "filter"] {
-        parse_save(table, &save(backend, family, Some(table))?, &mut seen);
+    for table in Table::ALL {
+        parse_save(
+            table,
+            &save(backend, family, Some(table.as_str()))?,
+            &mut seen,
+        );
     }
     Ok(seen)
 }
@@ -213,38 +217,29 @@ pub fn save(backend: Backend, family: Family, table: Option<&str>) -> Result<Str
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn ours(table: &str, chain: &str) -> bool {
-    match table {
-        "nat" => NAT_CHAINS.contains(&chain),
-        "filter" => FILTER_CHAINS.contains(&chain),
-        _ => false,
-    }
-}
-
 /// Collects our chains, their rules and our jumps from one table's `iptables-save` output.
-pub fn parse_save(table: &str, text: &str, seen: &mut Seen) {
+pub fn parse_save(table: Table, text: &str, seen: &mut Seen) {
+    let ours = |chain: &str| table.chains().contains(&chain);
     for line in text.lines() {
         if let Some(decl) = line.strip_prefix(':') {
             let chain = decl.split_whitespace().next().unwrap_or("");
-            if ours(table, chain) {
-                seen.chains.insert((table.to_string(), chain.to_string()));
+            if ours(chain) {
+                seen.chains.insert((table, chain.to_string()));
             }
         } else if let Some(rest) = line.strip_prefix("-A ") {
             let chain = rest.split_whitespace().next().unwrap_or("");
-            if ours(table, chain) {
-                seen.rules.push((table.to_string(), line.to_string()));
+            if ours(chain) {
+                seen.rules.push((table, line.to_string()));
                 continue;
             }
-            for (t, c, comment, target) in JUMPS {
-                if *t == table
-                    && *c == chain
-                    && line.contains(&format!("-j {target}"))
-                    && line.contains(&format!("\"{comment}\""))
+            for jump in JUMPS {
+                if jump.table == table
+                    && jump.chain == chain
+                    && line.contains(&format!("-j {}", jump.target))
+                    && line.contains(&format!("\"{}\"", jump.comment))
+                    && !seen.jumps.contains(jump)
                 {
-                    let ours = (table.to_string(), jump_rule(c, comment, target));
-                    if !seen.jumps.contains(&ours) {
-                        seen.jumps.push(ours);
-                    }
+                    seen.jumps.push(*jump);
                 }
             }
         }
@@ -308,7 +303,7 @@ pub fn restore(backend: Backend, family: Family, input: &str) -> Result<(), Erro
 /// backend's printing quirks.
 #[derive(Debug, Default)]
 pub struct Written {
-    by_family: BTreeMap<Family, (Rules, Vec<(String, String)>)>,
+    by_family: BTreeMap<Family, (Rules, Vec<(Table, String)>)>,
 }
 
 impl Written {
@@ -409,24 +404,23 @@ mod tests {
             -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
             -A PREROUTING -j OTHER\n-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN\n-A OTHER -j ACCEPT\nCOMMIT\n";
         let mut seen = Seen::default();
-        parse_save("nat", text, &mut seen);
+        parse_save(Table::Nat, text, &mut seen);
         assert_eq!(
             seen.chains,
-            BTreeSet::from([("nat".to_string(), "KUBE-SERVICES".to_string())])
+            BTreeSet::from([(Table::Nat, "KUBE-SERVICES".to_string())])
         );
         assert_eq!(
             seen.rules,
             vec![(
-                "nat".to_string(),
+                Table::Nat,
                 "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN".to_string()
             )]
         );
-        assert_eq!(
-            seen.jumps,
-            vec![(
-                "nat".to_string(),
-                jump_rule("PREROUTING", "kubernetes service portals", "KUBE-SERVICES")
-            )]
-        );
+        let prerouting: Vec<Jump> = JUMPS
+            .iter()
+            .filter(|j| j.chain == "PREROUTING")
+            .copied()
+            .collect();
+        assert_eq!(seen.jumps, prerouting);
     }
 }

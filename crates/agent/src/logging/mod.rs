@@ -59,7 +59,7 @@ pub fn level(verbosity: u32) -> &'static str {
 
 /// The filter for `-v` `verbosity` and the `--vmodule` entries, with a warning for each entry
 /// that names none of our modules.
-pub fn filter(verbosity: u32, vmodule: &[(String, u32)]) -> (EnvFilter, Vec<String>) {
+pub fn filter(verbosity: u32, vmodule: &[(String, u32)]) -> (EnvFilter, Vec<vmodule::Unused>) {
     let (directives, warnings) = vmodule::directives(vmodule);
     let spec = std::iter::once(level(verbosity).to_string())
         .chain(directives)

@@ -55,9 +55,23 @@ const MODULES: &[&str] = &[
 /// The crate's name as a tracing target.
 const CRATE: &str = "kube_proxy_ipvs_agent";
 
-/// The directives for `(pattern, verbosity)` entries, and a warning for each pattern that
-/// names none of our modules.
-pub fn directives(entries: &[(String, u32)]) -> (Vec<String>, Vec<String>) {
+/// A `--vmodule` entry whose pattern names none of the agent's modules: accepted, and
+/// reported once, as its `Display`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--vmodule {pattern}={verbosity}: accepted, not used: it names none of kube-proxy-ipvs's modules ({})",
+    module_names()
+)]
+pub struct Unused {
+    /// The entry's pattern.
+    pub pattern: String,
+    /// Its verbosity.
+    pub verbosity: u32,
+}
+
+/// The directives for `(pattern, verbosity)` entries, and the entries whose pattern names
+/// none of our modules.
+pub fn directives(entries: &[(String, u32)]) -> (Vec<String>, Vec<Unused>) {
     let mut directives = Vec::new();
     let mut warnings = Vec::new();
     for (pattern, v) in entries {
@@ -71,10 +85,10 @@ pub fn directives(entries: &[(String, u32)]) -> (Vec<String>, Vec<String>) {
             .copied()
             .collect();
         if matched.is_empty() {
-            warnings.push(format!(
-                "--vmodule {pattern}={v}: accepted, not used: it names none of kube-proxy-ipvs's modules ({})",
-                module_names()
-            ));
+            warnings.push(Unused {
+                pattern: pattern.clone(),
+                verbosity: *v,
+            });
         }
         directives.extend(
             matched
@@ -175,8 +189,13 @@ mod tests {
                 "kube_proxy_ipvs_agent::dataplane::kernel::ipvs=debug"
             ]
         );
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("proxier*=5"), "{warnings:?}");
+        assert_eq!(
+            warnings,
+            [Unused {
+                pattern: "proxier*".into(),
+                verbosity: 5
+            }]
+        );
         // Every directive is one EnvFilter takes.
         for d in &directives {
             d.parse::<tracing_subscriber::filter::Directive>().unwrap();

@@ -164,8 +164,10 @@ impl Families {
             }
         }
         // Every kind from the start, so that a rate over any of them is defined.
-        for kind in crate::sync::DRIFT_KINDS {
-            let _ = f.drift_repaired.get_or_create(&KindLabels { kind });
+        for kind in crate::model::drift::DriftKind::ALL {
+            let _ = f
+                .drift_repaired
+                .get_or_create(&KindLabels { kind: kind.label() });
         }
         f
     }

@@ -221,6 +221,31 @@ impl Endpoint {
     }
 }
 
+/// What identifies an EndpointSlice: its namespace (its Service's) and its own name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SliceRef {
+    /// The namespace.
+    pub namespace: String,
+    /// The slice's own name.
+    pub name: String,
+}
+
+impl SliceRef {
+    /// A reference from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for SliceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// An EndpointSlice, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointSlice {
@@ -237,6 +262,13 @@ pub struct EndpointSlice {
     /// `endpoints.kubernetes.io/last-change-trigger-time`: when the change this version of
     /// the slice carries was triggered (the start of the network-programming latency).
     pub trigger_time: Option<SystemTime>,
+}
+
+impl EndpointSlice {
+    /// What identifies the slice.
+    pub fn id(&self) -> SliceRef {
+        SliceRef::new(self.service.namespace.clone(), self.name.clone())
+    }
 }
 
 /// The agent's own Node.
@@ -264,8 +296,8 @@ pub struct Cluster {
     /// Services by namespace and name. Shared: snapshots taken one after the other hold the
     /// unchanged objects once, and tell them unchanged by pointer.
     pub services: ObjectMap<ServiceRef, Service>,
-    /// EndpointSlices by (namespace, slice name), shared as the Services are.
-    pub slices: ObjectMap<(String, String), EndpointSlice>,
+    /// EndpointSlices by namespace and slice name, shared as the Services are.
+    pub slices: ObjectMap<SliceRef, EndpointSlice>,
     /// The agent's Node, when known.
     pub node: Option<Node>,
 }
@@ -277,8 +309,8 @@ impl Cluster {
         id: &'a ServiceRef,
     ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
         self.slices
-            .range((id.namespace.clone(), String::new())..)
-            .take_while(move |((ns, _), _)| *ns == id.namespace)
+            .range(SliceRef::new(id.namespace.clone(), String::new())..)
+            .take_while(move |(slice, _)| slice.namespace == id.namespace)
             .map(|(_, s)| &**s)
             .filter(move |s| s.service == *id)
     }
@@ -305,8 +337,8 @@ impl Cluster {
         for namespace in namespaces {
             let slices = self
                 .slices
-                .range((namespace.to_string(), String::new())..)
-                .take_while(|((ns, _), _)| ns == namespace)
+                .range(SliceRef::new(namespace, String::new())..)
+                .take_while(|(slice, _)| slice.namespace == namespace)
                 .map(|(_, slice)| slice);
             for slice in slices {
                 let wanted = match only {

@@ -23,6 +23,7 @@ use super::cluster::{Cluster, EndpointSlice, Family, Service};
 use super::config::{ConnReuse, ProxyConfig};
 use super::iptables::{self, OutFilter};
 use super::kernel::{KernelState, Rules, VsKey};
+use super::warning::Warning;
 use builder::Builder;
 
 pub(crate) use footprint::{Footprint, Footprints};
@@ -37,8 +38,9 @@ pub struct Desired {
     /// Virtual servers by the Service they serve (the cluster's own object, shared: a copy
     /// of its namespace and name per virtual server was a tenth of the state).
     pub owners: BTreeMap<VsKey, Arc<Service>>,
-    /// Conflicts found (two Services wanting one virtual server); the first one wins.
-    pub conflicts: Vec<String>,
+    /// Conflicts found (two Services wanting one virtual server, each a
+    /// [`Warning::Contested`]); the first one wins.
+    pub conflicts: Vec<Warning>,
     /// Per family, Service ports whose Local traffic policy found no endpoint on this node
     /// while the cluster has some: `(internal, external)` (kube-proxy's
     /// `sync_proxy_rules_no_local_endpoints_total`).

@@ -7,29 +7,95 @@ use std::fmt;
 
 use super::cluster::Family;
 use super::iptables::canonical;
-use super::kernel::{KernelState, LINK_NAME, Rules};
-use super::op_kind::OpKind;
+use super::kernel::{Jump, KernelState, LINK_NAME, Rules};
+use super::op_kind::{Object, OpKind};
 use super::plan::{Op, Plan};
 
-/// The kinds of kernel object whose drift is counted, as the `kind` label of
-/// `kube_proxy_ipvs_drift_repaired_total` names them.
-pub const DRIFT_KINDS: &[&str] = &[
-    "virtual_server",
-    "real_server",
-    "set",
-    "set_entry",
-    "chain",
-    "jump",
-    "address",
-    "link",
-    "sysctl",
-];
+/// The kinds of kernel object whose drift is counted: the objects operations change
+/// ([`Object`]), the rules split into their chains and jumps.
+///
+/// Declared in the order of their labels: the log lists a drift's kinds in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DriftKind {
+    /// A VIP on `kube-ipvs0`.
+    Address,
+    /// One of the agent's chains.
+    Chain,
+    /// A jump from a built-in chain into the agent's.
+    Jump,
+    /// `kube-ipvs0` itself.
+    Link,
+    /// An IPVS real server.
+    RealServer,
+    /// A set itself.
+    Set,
+    /// An entry of a set.
+    SetEntry,
+    /// A sysctl.
+    Sysctl,
+    /// An IPVS virtual server.
+    VirtualServer,
+}
+
+impl DriftKind {
+    /// Every kind, as `kube_proxy_ipvs_drift_repaired_total` lists them.
+    pub const ALL: [DriftKind; 9] = [
+        DriftKind::VirtualServer,
+        DriftKind::RealServer,
+        DriftKind::Set,
+        DriftKind::SetEntry,
+        DriftKind::Chain,
+        DriftKind::Jump,
+        DriftKind::Address,
+        DriftKind::Link,
+        DriftKind::Sysctl,
+    ];
+
+    /// The `kind` label of `kube_proxy_ipvs_drift_repaired_total`, and the kind's name in
+    /// the log.
+    pub fn label(self) -> &'static str {
+        match self {
+            DriftKind::Address => "address",
+            DriftKind::Chain => "chain",
+            DriftKind::Jump => "jump",
+            DriftKind::Link => "link",
+            DriftKind::RealServer => "real_server",
+            DriftKind::Set => "set",
+            DriftKind::SetEntry => "set_entry",
+            DriftKind::Sysctl => "sysctl",
+            DriftKind::VirtualServer => "virtual_server",
+        }
+    }
+}
+
+/// The kind an object's drift counts as: the rules, when not split into chains and jumps,
+/// as a rewrite of the agent's chains.
+impl From<Object> for DriftKind {
+    fn from(object: Object) -> Self {
+        match object {
+            Object::Link => DriftKind::Link,
+            Object::Sysctl => DriftKind::Sysctl,
+            Object::Set => DriftKind::Set,
+            Object::SetEntry => DriftKind::SetEntry,
+            Object::Address => DriftKind::Address,
+            Object::Rules => DriftKind::Chain,
+            Object::VirtualServer => DriftKind::VirtualServer,
+            Object::RealServer => DriftKind::RealServer,
+        }
+    }
+}
+
+impl fmt::Display for DriftKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
 
 /// How many examples of each kind [`Drift`] keeps for its log line.
 const DRIFT_EXAMPLES: usize = 3;
 
-/// Kernel objects a full sync put back after someone else changed them, by kind (one of
-/// [`DRIFT_KINDS`]): a virtual server deleted or re-scheduled, a real server deleted or
+/// Kernel objects a full sync put back after someone else changed them, by
+/// [`DriftKind`]: a virtual server deleted or re-scheduled, a real server deleted or
 /// re-weighted, a set destroyed, set entries removed or added, a chain deleted or its rules
 /// changed, a jump from a built-in chain deleted, an address of `kube-ipvs0` removed or
 /// added, the link deleted, a sysctl changed. Real servers that drain, or end draining, are
@@ -37,9 +103,9 @@ const DRIFT_EXAMPLES: usize = 3;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Drift {
     /// Objects repaired, by kind.
-    pub counts: BTreeMap<&'static str, u64>,
+    pub counts: BTreeMap<DriftKind, u64>,
     /// The first few objects of each kind, named for the log.
-    pub examples: BTreeMap<&'static str, Vec<String>>,
+    pub examples: BTreeMap<DriftKind, Vec<String>>,
 }
 
 impl Drift {
@@ -54,7 +120,7 @@ impl Drift {
                     rules,
                     missing_jumps,
                 } => d.add_rules(*family, rules, missing_jumps, observed),
-                _ => d.add(op.kind().object().label(), objects(op), || {
+                _ => d.add(op.kind().object().into(), objects(op), || {
                     example(op, observed)
                 }),
             }
@@ -72,7 +138,7 @@ impl Drift {
         self.total() == 0
     }
 
-    fn add(&mut self, kind: &'static str, n: u64, example: impl FnOnce() -> String) {
+    fn add(&mut self, kind: DriftKind, n: u64, example: impl FnOnce() -> String) {
         if n == 0 {
             return;
         }
@@ -88,7 +154,7 @@ impl Drift {
         &mut self,
         family: Family,
         rules: &Rules,
-        missing_jumps: &[(String, String)],
+        missing_jumps: &[Jump],
         observed: &KernelState,
     ) {
         let suffix = match family {
@@ -102,20 +168,22 @@ impl Drift {
             if have_chains.get(chain) != Some(lines) {
                 counted = true;
                 let missing = !have_chains.contains_key(chain);
-                self.add("chain", 1, || {
+                self.add(DriftKind::Chain, 1, || {
                     let how = if missing { "missing" } else { "changed" };
                     format!("{} {} {how}{suffix}", chain.0, chain.1)
                 });
             }
         }
-        for (table, jump) in missing_jumps {
+        for jump in missing_jumps {
             counted = true;
-            self.add("jump", 1, || format!("{table} {}{suffix}", jump_name(jump)));
+            self.add(DriftKind::Jump, 1, || {
+                format!("{} {}{suffix}", jump.table, jump_name(jump))
+            });
         }
         if !counted {
             // Planned for a difference the canonical form does not show: still a rewrite of
             // the agent's chains.
-            self.add("chain", 1, || format!("rules{suffix}"));
+            self.add(DriftKind::Chain, 1, || format!("rules{suffix}"));
         }
     }
 }
@@ -189,14 +257,9 @@ fn example(op: &Op, observed: &KernelState) -> String {
     }
 }
 
-/// `-A PREROUTING -m comment --comment "..." -j KUBE-SERVICES` as `PREROUTING -> KUBE-SERVICES`.
-fn jump_name(rule: &str) -> String {
-    let chain = rule
-        .strip_prefix("-A ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or("?");
-    let target = rule.rsplit_once("-j ").map_or("?", |(_, t)| t.trim());
-    format!("{chain} -> {target}")
+/// A jump named for the log: `PREROUTING -> KUBE-SERVICES`.
+fn jump_name(jump: &Jump) -> String {
+    format!("{} -> {}", jump.chain, jump.target)
 }
 
 /// `1 virtual_server (10.96.0.10:80/TCP missing), 2 real_server (a, b)`: counts by kind with
@@ -227,19 +290,19 @@ impl fmt::Display for Drift {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_kind::Object;
 
     #[test]
     fn a_long_drift_is_cut_to_a_few_examples() {
         let mut d = Drift::default();
         for i in 0..5 {
-            d.add("address", 1, || format!("10.96.0.{i} missing"));
+            d.add(DriftKind::Address, 1, || format!("10.96.0.{i} missing"));
         }
-        d.add("jump", 1, || {
-            format!(
-                "nat {}",
-                jump_name("-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES")
-            )
+        let prerouting = crate::model::iptables::JUMPS
+            .iter()
+            .find(|j| j.chain == "PREROUTING")
+            .unwrap();
+        d.add(DriftKind::Jump, 1, || {
+            format!("nat {}", jump_name(prerouting))
         });
         assert_eq!(d.total(), 6);
         assert_eq!(
@@ -249,26 +312,20 @@ mod tests {
         );
         assert!(Drift::default().is_empty());
         assert_eq!(Drift::default().to_string(), "");
-        for kind in d.counts.keys() {
-            assert!(DRIFT_KINDS.contains(kind));
-        }
     }
 
     #[test]
-    fn every_object_an_operation_repairs_is_a_drift_kind() {
-        // The rules count as their chains and jumps.
-        for object in [
-            Object::Link,
-            Object::Sysctl,
-            Object::Set,
-            Object::SetEntry,
-            Object::Address,
-            Object::VirtualServer,
-            Object::RealServer,
-        ] {
-            assert!(DRIFT_KINDS.contains(&object.label()), "{object:?}");
-        }
-        assert!(!DRIFT_KINDS.contains(&Object::Rules.label()));
+    fn kinds_are_listed_once_and_ordered_as_their_labels() {
+        let labels: Vec<&str> = {
+            let mut kinds = DriftKind::ALL;
+            kinds.sort();
+            kinds.iter().map(|k| k.label()).collect()
+        };
+        let mut sorted = labels.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(labels, sorted);
+        assert_eq!(DriftKind::from(Object::Rules), DriftKind::Chain);
     }
 
     #[test]

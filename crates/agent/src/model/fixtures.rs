@@ -155,10 +155,7 @@ pub fn cluster(services: Vec<Svc>, slices: Vec<Eps>) -> Cluster {
         c.services.insert(s.0.id.clone(), std::sync::Arc::new(s.0));
     }
     for e in slices {
-        c.slices.insert(
-            (e.0.service.namespace.clone(), e.0.name.clone()),
-            std::sync::Arc::new(e.0),
-        );
+        c.slices.insert(e.0.id(), std::sync::Arc::new(e.0));
     }
     c
 }

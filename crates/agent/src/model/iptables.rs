@@ -20,7 +20,7 @@ mod restore;
 mod ruleset;
 
 pub use canonical::canonical;
-pub use chains::{FILTER_CHAINS, JUMPS, NAT_CHAINS, OutFilter, jump_rule};
+pub use chains::{FILTER_CHAINS, JUMPS, NAT_CHAINS, OutFilter};
 pub use restore::{removal_input, restore_input};
 pub use ruleset::rules;
 

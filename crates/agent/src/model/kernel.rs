@@ -169,15 +169,83 @@ pub struct Set {
     pub entries: BTreeSet<SetEntry>,
 }
 
+/// An iptables table the agent has chains in.
+///
+/// Declared in the order of their names, so that rules ordered by table keep the order
+/// they had when tables were strings (drift's log lists chains in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    /// `filter`.
+    Filter,
+    /// `nat`.
+    Nat,
+}
+
+impl Table {
+    /// Every table, in the order the agent writes them (`nat` first, as kube-proxy).
+    pub const ALL: [Table; 2] = [Table::Nat, Table::Filter];
+
+    /// The table's name, as `iptables -t` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Table::Filter => "filter",
+            Table::Nat => "nat",
+        }
+    }
+
+    /// The agent's chains in this table.
+    pub fn chains(self) -> &'static [&'static str] {
+        match self {
+            Table::Filter => super::iptables::FILTER_CHAINS,
+            Table::Nat => super::iptables::NAT_CHAINS,
+        }
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A jump from a built-in chain into one of the agent's chains, told apart from other
+/// jumps by its comment (the agent prepends it, and deletes only it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Jump {
+    /// Its table.
+    pub table: Table,
+    /// The built-in chain it is in (`PREROUTING`).
+    pub chain: &'static str,
+    /// Its comment (`kubernetes service portals`).
+    pub comment: &'static str,
+    /// The agent's chain it jumps to (`KUBE-SERVICES`).
+    pub target: &'static str,
+}
+
+impl Jump {
+    /// The rule after its chain: `-m comment --comment "..." -j TARGET`.
+    pub fn spec(&self) -> String {
+        format!(
+            "-m comment --comment \"{}\" -j {}",
+            self.comment, self.target
+        )
+    }
+
+    /// The rule as `iptables-save` prints it: `-A CHAIN -m comment ...`.
+    pub fn rule(&self) -> String {
+        format!("-A {} {}", self.chain, self.spec())
+    }
+}
+
 /// The agent's iptables rules of one family, in `iptables-save` form.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Rules {
     /// `(table, chain)` of every chain the agent owns.
-    pub chains: BTreeSet<(String, String)>,
+    pub chains: BTreeSet<(Table, String)>,
     /// `(table, rule)` in order, each rule as `iptables-save` prints it (`-A KUBE-... ...`).
-    pub rules: Vec<(String, String)>,
-    /// `(table, rule)` jumps from built-in chains, in the order they must be prepended.
-    pub jumps: Vec<(String, String)>,
+    pub rules: Vec<(Table, String)>,
+    /// Jumps from built-in chains, in the order they must be prepended.
+    pub jumps: Vec<Jump>,
 }
 
 /// A kernel setting under `/proc/sys`.

@@ -23,6 +23,7 @@ pub mod scheduler;
 pub mod sets;
 pub mod shadow;
 pub mod sorted_map;
+pub mod warning;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

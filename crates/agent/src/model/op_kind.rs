@@ -188,11 +188,11 @@ impl Op {
     }
 }
 
-/// `ops` counted by kind ([`OpKind::label`]).
-pub fn count(ops: &[Op]) -> std::collections::BTreeMap<&'static str, u64> {
+/// `ops` counted by kind.
+pub fn count(ops: &[Op]) -> std::collections::BTreeMap<OpKind, u64> {
     let mut counts = std::collections::BTreeMap::new();
     for op in ops {
-        *counts.entry(op.kind().label()).or_default() += 1;
+        *counts.entry(op.kind()).or_default() += 1;
     }
     counts
 }

@@ -25,6 +25,7 @@ use ipnet::IpNet;
 use super::drain::DestinationKey;
 use super::incremental::Scope;
 use super::kernel::{KernelState, Set, SetEntry, VsKey};
+use super::warning::Warning;
 pub use op::Op;
 pub use ownership::owns;
 use phases::Phases;
@@ -34,8 +35,9 @@ use phases::Phases;
 pub struct Plan {
     /// The operations, in order.
     pub ops: Vec<Op>,
-    /// Problems the plan works around (e.g. a set of the wrong type that it must not replace).
-    pub warnings: Vec<String>,
+    /// Problems the plan works around (a set of the wrong type that it must not replace:
+    /// [`Warning::SetKind`]).
+    pub warnings: Vec<Warning>,
 }
 
 impl Plan {

@@ -35,10 +35,8 @@ pub fn priority_cluster(cluster: &Cluster) -> Option<Cluster> {
             continue;
         };
         for slice in cluster.slices_of(&id) {
-            out.slices.insert(
-                (slice.service.namespace.clone(), slice.name.clone()),
-                std::sync::Arc::new(slice.clone()),
-            );
+            out.slices
+                .insert(slice.id(), std::sync::Arc::new(slice.clone()));
         }
         out.services.insert(id, service.clone());
     }

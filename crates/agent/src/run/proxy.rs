@@ -250,7 +250,7 @@ async fn exit_on_config_change(path: PathBuf) {
 #[cfg(test)]
 mod tests {
     use super::count_changes;
-    use crate::model::cluster::{Cluster, EndpointSlice, Family, ServiceRef};
+    use crate::model::cluster::{Cluster, EndpointSlice, Family, ServiceRef, SliceRef};
 
     fn slice(name: &str, port: u16) -> EndpointSlice {
         EndpointSlice {
@@ -271,21 +271,21 @@ mod tests {
     fn changes_count_added_modified_and_removed_objects() {
         let mut a = Cluster::default();
         a.slices.insert(
-            ("default".into(), "a".into()),
+            SliceRef::new("default", "a"),
             std::sync::Arc::new(slice("a", 80)),
         );
         a.slices.insert(
-            ("default".into(), "b".into()),
+            SliceRef::new("default", "b"),
             std::sync::Arc::new(slice("b", 80)),
         );
         let mut b = a.clone();
         b.slices.insert(
-            ("default".into(), "a".into()),
+            SliceRef::new("default", "a"),
             std::sync::Arc::new(slice("a", 81)),
         ); // modified
-        b.slices.remove(&("default".into(), "b".into())); // removed
+        b.slices.remove(&SliceRef::new("default", "b")); // removed
         b.slices.insert(
-            ("default".into(), "c".into()),
+            SliceRef::new("default", "c"),
             std::sync::Arc::new(slice("c", 80)),
         ); // added
         assert_eq!(count_changes(Some(&a), Some(&b)), (0, 3));

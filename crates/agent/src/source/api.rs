@@ -58,7 +58,7 @@ use tracing::{debug, info, warn};
 
 use self::rate::RateLimitLayer;
 use crate::k8s::convert::{self, ConvertError};
-use crate::model::cluster::{self, Cluster, ObjectMap, ServiceRef};
+use crate::model::cluster::{self, Cluster, ObjectMap, ServiceRef, SliceRef};
 
 /// The label selector of the Service watch, as kube-proxy's informer: Services of another
 /// proxy stay on the server. (kube-proxy selects Services by this label alone; the
@@ -709,7 +709,7 @@ struct Stores {
     slices: Store<discovery::EndpointSlice>,
     nodes: Store<core::Node>,
     snapshot_services: ObjectMap<ServiceRef, cluster::Service>,
-    snapshot_slices: ObjectMap<Key, cluster::EndpointSlice>,
+    snapshot_slices: ObjectMap<SliceRef, cluster::EndpointSlice>,
 }
 
 impl Stores {
@@ -734,9 +734,12 @@ impl Stores {
             Update::Slice(e) => {
                 let changed = apply_result(&mut self.slices, *e);
                 let store = &self.slices;
-                follow(&mut self.snapshot_slices, &changed, slice_key, || {
-                    store.models().map(|s| (slice_key(s), s.clone())).collect()
-                });
+                follow(
+                    &mut self.snapshot_slices,
+                    &changed,
+                    cluster::EndpointSlice::id,
+                    || store.models().map(|s| (s.id(), s.clone())).collect(),
+                );
                 changed.any()
             }
             Update::Node(e) => apply_result(&mut self.nodes, *e).any(),
@@ -759,11 +762,6 @@ impl Stores {
             node: self.own_node().and_then(|n| n.node.clone()),
         }
     }
-}
-
-/// A slice's key in the snapshot: its namespace and name.
-fn slice_key(s: &cluster::EndpointSlice) -> Key {
-    (s.service.namespace.clone(), s.name.clone())
 }
 
 fn apply_result<K: Watched>(store: &mut Store<K>, event: WatchResult<K>) -> Changed<K::Model> {

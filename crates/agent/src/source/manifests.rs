@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use crate::k8s::convert;
-use crate::model::cluster::{Cluster, ServiceRef};
+use crate::model::cluster::{Cluster, ServiceRef, SliceRef};
 
 /// What [`load`] could not do at all.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +203,7 @@ struct Loader<'a> {
     rejected: Vec<(String, String)>,
     /// Where each kept object was read, to name it when a duplicate turns up.
     services_at: BTreeMap<ServiceRef, String>,
-    slices_at: BTreeMap<(String, String), String>,
+    slices_at: BTreeMap<SliceRef, String>,
     node_at: Option<String>,
 }
 
@@ -343,7 +343,7 @@ impl<'a> Loader<'a> {
         };
         match convert::endpoint_slice(&slice) {
             Ok(Some(slice)) => {
-                let key = (slice.service.namespace.clone(), slice.name.clone());
+                let key = slice.id();
                 if let Some(first) = self.slices_at.get(&key) {
                     let reason =
                         format!("duplicate of the EndpointSlice at {first}, which is kept");

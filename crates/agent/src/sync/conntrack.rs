@@ -2,7 +2,7 @@
 //! servers, the UDP conntrack entries answered by no serving endpoint are deleted, so their
 //! next datagram is scheduled afresh ([`crate::model::conntrack`] says which).
 
-use super::Syncer;
+use super::{Syncer, Warning};
 use crate::dataplane::Dataplane;
 use crate::dataplane::conntrack::Cleaned;
 use crate::model::conntrack::ConntrackFilter;
@@ -15,7 +15,7 @@ impl<D: Dataplane> Syncer<D> {
         &mut self,
         filter: ConntrackFilter,
         reach: &Reach<'_>,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) -> Vec<Cleaned> {
         if reach.is_whole() {
             self.clean_whole_conntrack(filter, warnings).await
@@ -29,7 +29,7 @@ impl<D: Dataplane> Syncer<D> {
     async fn clean_whole_conntrack(
         &mut self,
         filter: ConntrackFilter,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) -> Vec<Cleaned> {
         if self
             .conntrack
@@ -44,7 +44,7 @@ impl<D: Dataplane> Syncer<D> {
             match self.dataplane.clean_conntrack(&filter).await {
                 Ok(cleaned) => cleaned,
                 Err(e) => {
-                    warnings.push(format!("conntrack cleanup failed; retrying: {e}"));
+                    warnings.push(Warning::Conntrack(e));
                     return Vec::new();
                 }
             }
@@ -59,7 +59,7 @@ impl<D: Dataplane> Syncer<D> {
     async fn clean_changed_conntrack(
         &mut self,
         filter: ConntrackFilter,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) -> Vec<Cleaned> {
         if filter.is_empty() {
             return Vec::new();
@@ -67,7 +67,7 @@ impl<D: Dataplane> Syncer<D> {
         match self.dataplane.clean_conntrack(&filter).await {
             Ok(cleaned) => cleaned,
             Err(e) => {
-                warnings.push(format!("conntrack cleanup failed; retrying: {e}"));
+                warnings.push(Warning::Conntrack(e));
                 // The next full sync does the whole pass again.
                 self.conntrack = None;
                 Vec::new()

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::Syncer;
-use crate::dataplane::Dataplane;
+use crate::dataplane::{Dataplane, Error};
 use crate::model::drain::DestinationKey;
 use crate::model::kernel::VsKey;
 use crate::model::reach::Reach;
@@ -19,9 +19,11 @@ use crate::model::reach::Reach;
 pub(super) struct LosingRead {
     /// The virtual servers whose real servers were read.
     pub(super) read: Vec<VsKey>,
-    /// Why the read failed (a warning), with the real servers that drained before it: those
-    /// that start draining now drain with their counts unread.
-    pub(super) failed: Option<(String, BTreeSet<DestinationKey>)>,
+    /// When the read failed, the real servers that drained before it: those that start
+    /// draining now drain with their counts unread.
+    pub(super) failed: Option<BTreeSet<DestinationKey>>,
+    /// Why it failed, until the sync's warnings take it.
+    pub(super) error: Option<Error>,
 }
 
 impl<D: Dataplane> Syncer<D> {
@@ -39,17 +41,13 @@ impl<D: Dataplane> Syncer<D> {
                 shadow.refresh(found);
                 LosingRead {
                     read: keys,
-                    failed: None,
+                    ..LosingRead::default()
                 }
             }
             Err(e) => LosingRead {
                 read: Vec::new(),
-                failed: Some((
-                    format!(
-                        "could not read the connections of the real servers to remove (they drain until the kernel is read): {e}"
-                    ),
-                    self.draining.keys().copied().collect(),
-                )),
+                failed: Some(self.draining.keys().copied().collect()),
+                error: Some(e),
             },
         }
     }
@@ -60,7 +58,7 @@ impl<D: Dataplane> Syncer<D> {
         let began_unread = losing
             .failed
             .as_ref()
-            .is_some_and(|(_, before)| self.draining.keys().any(|k| !before.contains(k)));
+            .is_some_and(|before| self.draining.keys().any(|k| !before.contains(k)));
         self.unread = !full && (self.unread || began_unread);
     }
 

@@ -9,7 +9,7 @@ use tracing::debug;
 use super::Syncer;
 use crate::dataplane::{Applied, Dataplane, Error};
 use crate::model::cluster::Cluster;
-use crate::model::op_kind;
+use crate::model::op_kind::{self, OpKind};
 use crate::model::plan::Plan;
 use crate::model::priority::priority_plan;
 
@@ -53,7 +53,7 @@ impl<D: Dataplane> Syncer<D> {
         first: Option<(Plan, Applied)>,
         plan: &mut Plan,
         applied: &mut Applied,
-        op_counts: &mut BTreeMap<&'static str, u64>,
+        op_counts: &mut BTreeMap<OpKind, u64>,
     ) {
         let Some((first, mut first_applied)) = first else {
             return;

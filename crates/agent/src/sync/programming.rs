@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use super::Syncer;
 use crate::dataplane::Dataplane;
-use crate::model::cluster::{Cluster, EndpointSlice, Family, SlicesByService};
+use crate::model::cluster::{Cluster, EndpointSlice, Family, SliceRef, SlicesByService};
 use crate::model::reach::Reach;
 
 /// The trigger times already observed, per slice.
@@ -19,8 +19,8 @@ use crate::model::reach::Reach;
 pub struct TriggerTimes {
     /// Changes triggered before this are the state the agent started on, not its work.
     start: SystemTime,
-    /// Per `(namespace, name)`, the trigger time last observed.
-    seen: HashMap<(String, String), SystemTime>,
+    /// Per slice, the trigger time last observed.
+    seen: HashMap<SliceRef, SystemTime>,
 }
 
 impl TriggerTimes {
@@ -47,13 +47,13 @@ impl TriggerTimes {
             None => Box::new(cluster.slices.values().map(|s| &**s)),
         };
         for slice in slices {
-            let key = &(slice.service.namespace.clone(), slice.name.clone());
             let Some(t) = slice.trigger_time.filter(|t| *t > self.start) else {
                 continue;
             };
-            if self.seen.get(key) != Some(&t) {
+            let key = slice.id();
+            if self.seen.get(&key) != Some(&t) {
                 out.push((slice.family, t));
-                self.seen.insert(key.clone(), t);
+                self.seen.insert(key, t);
             }
         }
         if only.is_some() {

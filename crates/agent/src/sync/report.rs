@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::traffic::ServiceTraffic;
-use super::{Planned, Syncer};
+use super::{Planned, Syncer, Warning};
 use crate::dataplane::conntrack::Cleaned;
 use crate::dataplane::{Applied, Dataplane};
 use crate::model::cluster::Family;
 use crate::model::computed::Computed;
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::drift::Drift;
+use crate::model::op_kind::OpKind;
 use crate::model::plan::Plan;
 use crate::model::scheduler::Refusal;
+use crate::model::warning as model;
 
 /// What one sync did.
 #[derive(Debug, Default)]
@@ -24,13 +26,14 @@ pub struct Report {
     /// The plan applied: whole when it had a failure, or when the syncer keeps plans
     /// ([`Syncer::keep_plans`]); else empty, as it moved into the shadow.
     pub plan: Plan,
-    /// The operations of the plan by kind ([`crate::model::op_kind::OpKind::label`]),
-    /// counted before it was applied, whether or not it is kept.
-    pub op_counts: BTreeMap<&'static str, u64>,
+    /// The operations of the plan by kind, counted before it was applied, whether or not it
+    /// is kept.
+    pub op_counts: BTreeMap<OpKind, u64>,
     /// What applying it did.
     pub applied: Applied,
-    /// Conflicts and warnings of the desired state and the plan.
-    pub warnings: Vec<String>,
+    /// Conflicts and warnings of the desired state and the plan, and of the reads and the
+    /// cleanup the sync made beside it.
+    pub warnings: Vec<Warning>,
     /// How long the sync took, reading the kernel included (a read made apart counts with
     /// its own time).
     pub duration: Duration,
@@ -79,24 +82,22 @@ impl Report {
 
 impl<D: Dataplane> Syncer<D> {
     /// The warnings of a sync before it applies its plan: the desired state's conflicts, a
-    /// kept state found wrong, the refusals that start, the plan's, a failed read.
-    pub(super) fn warnings(&self, computed: &Computed<'_>, planned: &Planned) -> Vec<String> {
+    /// kept state found wrong, the refusals that start, the plan's, a failed read (taken
+    /// from `planned`).
+    pub(super) fn warnings(&self, computed: &Computed<'_>, planned: &mut Planned) -> Vec<Warning> {
         let want = self.incremental.desired().expect("computed before");
-        let mut warnings = want.conflicts.clone();
+        let mut warnings: Vec<Warning> = want.conflicts.iter().cloned().map(Into::into).collect();
         if computed.diverged {
-            warnings.push(
-                "the desired state kept change by change differed from the one built whole from the same cluster; the whole one replaces it (a fault of the agent: please report it with this log)"
-                    .into(),
-            );
+            warnings.push(model::Warning::Diverged.into());
         }
         warnings.extend(
             computed
                 .refusals
                 .iter()
-                .map(|r| format!("Service {}: {r}", r.service)),
+                .map(|r| model::Warning::SchedulerRefused(r.clone()).into()),
         );
-        warnings.extend(planned.plan.warnings.iter().cloned());
-        warnings.extend(planned.losing.failed.iter().map(|(w, _)| w.clone()));
+        warnings.extend(planned.plan.warnings.iter().cloned().map(Into::into));
+        warnings.extend(planned.losing.error.take().map(Warning::UnreadConnections));
         warnings
     }
 

@@ -9,12 +9,13 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::dataplane::memory::Memory;
-use crate::model::cluster::{Protocol, changed_services};
+use crate::model::cluster::{Protocol, SliceRef, changed_services};
 use crate::model::desired::{Host, desired};
 use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
 use crate::model::incremental::REBUILD_EVERY;
-use crate::model::kernel::KernelState;
+use crate::model::kernel::{KernelState, Table};
 use crate::model::plan::Op;
+use crate::model::warning::Warning as ModelWarning;
 
 /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
 fn web(endpoints: &[&str]) -> Cluster {
@@ -174,7 +175,7 @@ async fn a_refused_scheduler_is_programmed_as_the_nodes_and_reported_once_per_sp
     assert!(
         r.warnings
             .iter()
-            .any(|w| w.starts_with("Service default/web: scheduler \"lblc\"")),
+            .any(|w| matches!(w, Warning::Model(ModelWarning::SchedulerRefused(r)) if r.service.name == "web" && r.asked == "lblc")),
         "{:?}",
         r.warnings
     );
@@ -442,7 +443,7 @@ async fn full_syncs_keep_the_state_changes_brought_and_build_it_whole_every_elev
         let has_vip = s.dataplane().state.services.contains_key(&vip);
         if r.warnings
             .iter()
-            .any(|w| w.contains("differed from the one built whole"))
+            .any(|w| matches!(w, Warning::Model(ModelWarning::Diverged)))
         {
             assert!(has_vip, "the build repairs the kernel");
             found = Some(pass);
@@ -562,7 +563,9 @@ async fn a_removed_real_server_goes_at_once_when_idle_and_drains_while_busy() {
     assert_eq!(r.plan.ops, [drained]);
     assert_eq!((r.draining, r.recheck_in), (1, Some(Duration::ZERO)));
     assert!(
-        r.warnings.iter().any(|w| w.contains("could not read")),
+        r.warnings
+            .iter()
+            .any(|w| matches!(w, Warning::UnreadConnections(_))),
         "{:?}",
         r.warnings
     );
@@ -689,7 +692,7 @@ fn dns(endpoints: &[&str]) -> Cluster {
 }
 
 /// The key of the first slice of the Service named `name`.
-fn slice_key_of(c: &Cluster, name: &str) -> (String, String) {
+fn slice_key_of(c: &Cluster, name: &str) -> SliceRef {
     c.slices
         .iter()
         .find(|(_, s)| s.service.name == name)
@@ -891,7 +894,7 @@ async fn repair(
     s.sync(c, true).await.unwrap()
 }
 
-fn counts(d: &Drift) -> Vec<(&'static str, u64)> {
+fn counts(d: &Drift) -> Vec<(DriftKind, u64)> {
     d.counts.iter().map(|(k, n)| (*k, *n)).collect()
 }
 
@@ -922,7 +925,7 @@ async fn drift_is_counted_by_kind_and_only_once() {
     type Case = (
         &'static str,
         Box<dyn FnOnce(&mut KernelState)>,
-        Vec<(&'static str, u64)>,
+        Vec<(DriftKind, u64)>,
     );
     let cases: Vec<Case> = vec![
         (
@@ -930,7 +933,7 @@ async fn drift_is_counted_by_kind_and_only_once() {
             Box::new(move |k| {
                 k.services.remove(&web);
             }),
-            vec![("real_server", 2), ("virtual_server", 1)],
+            vec![(DriftKind::RealServer, 2), (DriftKind::VirtualServer, 1)],
         ),
         (
             "ipvsadm -e -w 5",
@@ -939,19 +942,19 @@ async fn drift_is_counted_by_kind_and_only_once() {
                 vs.destinations
                     .insert("10.244.0.3:8080".parse().unwrap(), 5);
             }),
-            vec![("real_server", 1)],
+            vec![(DriftKind::RealServer, 1)],
         ),
         (
             "ipset flush",
             Box::new(|k| k.sets.get_mut("KUBE-CLUSTER-IP").unwrap().entries.clear()),
-            vec![("set_entry", 2)],
+            vec![(DriftKind::SetEntry, 2)],
         ),
         (
             "ipset destroy",
             Box::new(|k| {
                 k.sets.remove("KUBE-IPVS-OWNED");
             }),
-            vec![("set", 1), ("set_entry", 2)],
+            vec![(DriftKind::Set, 1), (DriftKind::SetEntry, 2)],
         ),
         (
             "ipset add",
@@ -963,19 +966,19 @@ async fn drift_is_counted_by_kind_and_only_once() {
                     9,
                 ));
             }),
-            vec![("set_entry", 1)],
+            vec![(DriftKind::SetEntry, 1)],
         ),
         (
             "iptables -X",
             Box::new(|k| {
                 let r = k.rules.get_mut(&Family::V4).unwrap();
-                let chain = ("nat".to_string(), "KUBE-POSTROUTING".to_string());
+                let chain = (Table::Nat, "KUBE-POSTROUTING".to_string());
                 r.chains.remove(&chain);
                 r.rules
                     .retain(|(_, rule)| !rule.starts_with("-A KUBE-POSTROUTING "));
-                r.jumps.retain(|(_, j)| !j.ends_with("-j KUBE-POSTROUTING"));
+                r.jumps.retain(|j| j.target != "KUBE-POSTROUTING");
             }),
-            vec![("chain", 1), ("jump", 1)],
+            vec![(DriftKind::Chain, 1), (DriftKind::Jump, 1)],
         ),
         (
             "iptables -F",
@@ -984,14 +987,14 @@ async fn drift_is_counted_by_kind_and_only_once() {
                 r.rules
                     .retain(|(_, rule)| !rule.starts_with("-A KUBE-FORWARD "));
             }),
-            vec![("chain", 1)],
+            vec![(DriftKind::Chain, 1)],
         ),
         (
             "ip addr del",
             Box::new(|k| {
                 k.addresses.remove(&"10.96.0.11".parse().unwrap());
             }),
-            vec![("address", 1)],
+            vec![(DriftKind::Address, 1)],
         ),
         (
             "ip link del",
@@ -999,14 +1002,14 @@ async fn drift_is_counted_by_kind_and_only_once() {
                 k.link = false;
                 k.addresses.clear();
             }),
-            vec![("address", 2), ("link", 1)],
+            vec![(DriftKind::Address, 2), (DriftKind::Link, 1)],
         ),
         (
             "sysctl -w",
             Box::new(|k| {
                 k.sysctls.insert("net/ipv4/vs/conntrack".into(), "0".into());
             }),
-            vec![("sysctl", 1)],
+            vec![(DriftKind::Sysctl, 1)],
         ),
     ];
     for (what, tamper, want) in cases {
@@ -1062,5 +1065,5 @@ async fn retries_and_changes_are_not_drift() {
     assert!(r.drift.is_empty(), "{}", r.drift);
     // Once settled, someone else's change is.
     let r = repair(&mut s, &web(&["10.244.0.2"]), |k| k.addresses.clear()).await;
-    assert_eq!(counts(&r.drift), [("address", 1)]);
+    assert_eq!(counts(&r.drift), [(DriftKind::Address, 1)]);
 }

@@ -14,6 +14,7 @@ use crate::model::kernel::{
     SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
 };
 use crate::model::sets::{self, SetDef, set_name};
+use crate::model::warning::Warning;
 
 /// The desired state built Service by Service.
 pub(super) struct Builder<'a> {
@@ -106,11 +107,11 @@ impl<'a> Builder<'a> {
         }
         if let Some(owner) = self.d.owners.get(&key) {
             if owner.id != service.id {
-                let owner = &owner.id;
-                self.d.conflicts.push(format!(
-                    "{key} is wanted by {owner} and {}; {owner} keeps it",
-                    service.id
-                ));
+                self.d.conflicts.push(Warning::Contested {
+                    key,
+                    owner: owner.id.clone(),
+                    other: service.id.clone(),
+                });
                 self.contested.insert(key);
             }
             return;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::model::cluster::{Protocol, ServiceType, TrafficPolicy};
+use crate::model::cluster::{Protocol, ServiceType, SliceRef, TrafficPolicy};
 use crate::model::desired::desired;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::kernel::{KernelState, SetEntry};
@@ -139,14 +139,16 @@ pub(crate) fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
             }
             let id = e.0.service.clone();
             cl.slices.insert(
-                ("default".into(), e.0.name.clone()),
+                SliceRef::new("default", e.0.name.clone()),
                 std::sync::Arc::new(e.0),
             );
             id
         }
         Change::DeleteSlice(which, slice) => {
-            cl.slices
-                .remove(&("default".to_string(), format!("{}-{slice}", name(*which))));
+            cl.slices.remove(&SliceRef::new(
+                "default",
+                format!("{}-{slice}", name(*which)),
+            ));
             ServiceRef::new("default", name(*which))
         }
     }
@@ -270,7 +272,7 @@ fn one_endpoint_change_moves_one_real_server_and_nothing_else() {
         ],
     );
     let mut inc = Kept::build(&cl, &cfg, &h);
-    let key = ("default".to_string(), "a--abc".to_string());
+    let key = SliceRef::new("default", "a--abc");
     std::sync::Arc::make_mut(cl.slices.get_mut(&key).unwrap()).endpoints[0].address =
         "10.244.0.9".parse().unwrap();
     let scope = inc

@@ -4,21 +4,21 @@
 use std::collections::BTreeMap;
 
 use crate::model::cluster::Family;
-use crate::model::kernel::Rules;
+use crate::model::kernel::{Rules, Table};
 
 /// Rules of each `(table, chain)` in a canonical form, so that rules as written and rules as
 /// `iptables-save` prints them compare equal: address, interface and protocol options first,
 /// `MARK --or-mark/--xor-mark` as `--set-xmark`, REJECT with its default `--reject-with`.
-pub fn canonical(rules: &Rules, family: Family) -> BTreeMap<(String, String), Vec<String>> {
-    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+pub fn canonical(rules: &Rules, family: Family) -> BTreeMap<(Table, String), Vec<String>> {
+    let mut out: BTreeMap<(Table, String), Vec<String>> = BTreeMap::new();
     for (table, chain) in &rules.chains {
-        out.entry((table.clone(), chain.clone())).or_default();
+        out.entry((*table, chain.clone())).or_default();
     }
     for (table, rule) in &rules.rules {
         let Some((chain, line)) = canonical_rule(rule, family) else {
             continue;
         };
-        out.entry((table.clone(), chain)).or_default().push(line);
+        out.entry((*table, chain)).or_default().push(line);
     }
     out
 }

@@ -1,6 +1,8 @@
 //! The agent's chains, the jumps from the built-in chains into them, and the one rule that is
 //! not fixed: a load-balancer IP the node itself may not reach.
 
+use crate::model::kernel::{Jump, Table};
+
 /// The agent's chains, by table.
 pub const NAT_CHAINS: &[&str] = &[
     "KUBE-SERVICES",
@@ -19,67 +21,76 @@ pub const FILTER_CHAINS: &[&str] = &[
     "KUBE-IPVS-OUT-FILTER",
 ];
 
-/// Jumps from built-in chains: (table, chain, comment, target), prepended in this order.
-pub const JUMPS: &[(&str, &str, &str, &str)] = &[
-    (
-        "nat",
+/// Jumps from built-in chains, prepended in this order.
+pub const JUMPS: &[Jump] = &[
+    jump(
+        Table::Nat,
         "OUTPUT",
         "kubernetes service portals",
         "KUBE-SERVICES",
     ),
-    (
-        "nat",
+    jump(
+        Table::Nat,
         "PREROUTING",
         "kubernetes service portals",
         "KUBE-SERVICES",
     ),
-    (
-        "nat",
+    jump(
+        Table::Nat,
         "POSTROUTING",
         "kubernetes postrouting rules",
         "KUBE-POSTROUTING",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "FORWARD",
         "kubernetes forwarding rules",
         "KUBE-FORWARD",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "INPUT",
         "kubernetes health check rules",
         "KUBE-NODE-PORT",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "INPUT",
         "kube-proxy firewall rules",
         "KUBE-PROXY-FIREWALL",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "FORWARD",
         "kube-proxy firewall rules",
         "KUBE-PROXY-FIREWALL",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "INPUT",
         "kubernetes ipvs access filter",
         "KUBE-IPVS-FILTER",
     ),
-    (
-        "filter",
+    jump(
+        Table::Filter,
         "OUTPUT",
         "kubernetes ipvs access filter",
         "KUBE-IPVS-OUT-FILTER",
     ),
 ];
 
-/// The jump rule for one entry of [`JUMPS`], in `-A CHAIN ...` form.
-pub fn jump_rule(chain: &str, comment: &str, target: &str) -> String {
-    format!("-A {chain} -m comment --comment \"{comment}\" -j {target}")
+const fn jump(
+    table: Table,
+    chain: &'static str,
+    comment: &'static str,
+    target: &'static str,
+) -> Jump {
+    Jump {
+        table,
+        chain,
+        comment,
+        target,
+    }
 }
 
 /// A node-originated filter rule of `KUBE-IPVS-OUT-FILTER` (load-balancer source ranges that

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::chains::{FILTER_CHAINS, JUMPS, NAT_CHAINS, OutFilter, jump_rule};
+use super::chains::{JUMPS, OutFilter};
 use crate::model::cluster::Family;
 use crate::model::config::{LocalDetector, ProxyConfig};
-use crate::model::kernel::{Rules, Set};
+use crate::model::kernel::{Rules, Set, Table};
 use crate::model::sets::{self, SetDef, set_name};
 
 /// Local-destined traffic that no VIP rule took may be for a node port.
@@ -352,21 +352,14 @@ fn ipvs_filter(sets: &FamilySets) -> Vec<String> {
 /// Every chain of the agent, the rules of each table, and the jumps into the chains.
 fn assemble(nat: Vec<String>, filter: Vec<String>) -> Rules {
     let mut out = Rules::default();
-    for c in NAT_CHAINS {
-        out.chains.insert(("nat".into(), (*c).into()));
+    for table in Table::ALL {
+        for c in table.chains() {
+            out.chains.insert((table, (*c).into()));
+        }
     }
-    for c in FILTER_CHAINS {
-        out.chains.insert(("filter".into(), (*c).into()));
-    }
+    out.rules.extend(nat.into_iter().map(|r| (Table::Nat, r)));
     out.rules
-        .extend(nat.into_iter().map(|r| ("nat".to_string(), r)));
-    out.rules
-        .extend(filter.into_iter().map(|r| ("filter".to_string(), r)));
-    out.jumps = JUMPS
-        .iter()
-        .map(|(table, chain, comment, target)| {
-            ((*table).to_string(), jump_rule(chain, comment, target))
-        })
-        .collect();
+        .extend(filter.into_iter().map(|r| (Table::Filter, r)));
+    out.jumps = JUMPS.to_vec();
     out
 }

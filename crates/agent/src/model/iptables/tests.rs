@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 use crate::model::cluster::Family;
 use crate::model::config::{LocalDetector, ProxyConfig};
-use crate::model::kernel::{Rules, Set, SetEntry, SetKind};
+use crate::model::kernel::{Rules, Set, SetEntry, SetKind, Table};
 use crate::model::sets::{self, SetDef};
 
 fn sets_with(names: &[&SetDef]) -> BTreeMap<String, Set> {
@@ -40,7 +40,7 @@ fn rule_count_does_not_grow_with_services_and_tracks_non_empty_sets() {
     );
     // Two sets gained entries: the LOOP-BACK masquerade, the ClusterIP mark and the final ACCEPT.
     assert_eq!(full.rules.len(), empty.rules.len() + 3);
-    assert!(full.rules.iter().any(|(t, r)| t == "nat"
+    assert!(full.rules.iter().any(|(t, r)| *t == Table::Nat
         && r == "-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP src,dst -j KUBE-MARK-MASQ"));
 }
 
@@ -87,20 +87,20 @@ fn canonical_form_matches_what_iptables_save_prints() {
     let saved = Rules {
         chains: Default::default(),
         rules: vec![
-            ("nat".into(), "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000".into()),
-            ("nat".into(), "-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0".into()),
-            ("nat".into(), "-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ".into()),
-            ("filter".into(), "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable".into()),
+            (Table::Nat, "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000".into()),
+            (Table::Nat, "-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0".into()),
+            (Table::Nat, "-A KUBE-SERVICES ! -s 10.244.0.0/16 -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ".into()),
+            (Table::Filter, "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable".into()),
         ],
         jumps: vec![],
     };
     let written = Rules {
         chains: Default::default(),
         rules: vec![
-            ("nat".into(), "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000".into()),
-            ("nat".into(), "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000".into()),
-            ("nat".into(), "-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ".into()),
-            ("filter".into(), "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT".into()),
+            (Table::Nat, "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000".into()),
+            (Table::Nat, "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000".into()),
+            (Table::Nat, "-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ".into()),
+            (Table::Filter, "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT".into()),
         ],
         jumps: vec![],
     };

@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::model::cluster::Family;
-use crate::model::kernel::{LINK_NAME, Rules, SetEntry, SetKind, VirtualServer, VsKey};
+use crate::model::kernel::{Jump, LINK_NAME, Rules, SetEntry, SetKind, VirtualServer, VsKey};
 
 /// One change to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub enum Op {
         /// real server, each as large as the largest variant).
         rules: Box<Rules>,
         /// Jumps from built-in chains to prepend, because they are missing.
-        missing_jumps: Vec<(String, String)>,
+        missing_jumps: Vec<Jump>,
     },
     /// Create a virtual server (without destinations).
     AddService {

@@ -11,7 +11,8 @@ use super::{Op, Plan};
 use crate::model::cluster::{Family, Protocol};
 use crate::model::drain::DestinationKey;
 use crate::model::iptables::canonical;
-use crate::model::kernel::{KernelState, Rules, Set, SetEntry, VirtualServer, VsKey};
+use crate::model::kernel::{Jump, KernelState, Rules, Set, SetEntry, VirtualServer, VsKey};
+use crate::model::warning::Warning;
 
 /// Where an operation goes in a plan. The variants are in plan order: everything new or
 /// changed (early), then the real servers that go, then what is no longer wanted (late), the
@@ -53,7 +54,7 @@ impl Phase {
 pub(super) struct Phases {
     /// Operations by phase, indexed by [`Phase`] (so in plan order).
     ops: [Vec<Op>; Phase::COUNT],
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 impl Phases {
@@ -110,11 +111,11 @@ impl Phases {
             ),
             Some(h) if h.kind != want.kind => {
                 // Never change the type of an existing set (kube-proxy #77265): leave it and say so.
-                self.warnings.push(format!(
-                    "ipset {name} exists as {} but must be {}; it is left as is",
-                    h.kind.as_str(),
-                    want.kind.as_str()
-                ));
+                self.warnings.push(Warning::SetKind {
+                    name: name.to_string(),
+                    found: h.kind,
+                    wanted: want.kind,
+                });
                 return false;
             }
             Some(_) => {}
@@ -157,11 +158,11 @@ impl Phases {
     pub(super) fn rules(&mut self, family: Family, want: &Rules, have: Option<&Rules>) {
         let none = Rules::default();
         let have = have.unwrap_or(&none);
-        let missing: Vec<(String, String)> = want
+        let missing: Vec<Jump> = want
             .jumps
             .iter()
             .filter(|j| !have.jumps.contains(j))
-            .cloned()
+            .copied()
             .collect();
         if !same_chains(want, have, family) || !missing.is_empty() {
             self.push(

@@ -287,7 +287,7 @@ fn rebuilt(stores: &Stores) -> Cluster {
         slices: stores
             .slices
             .models()
-            .map(|s| ((s.service.namespace.clone(), s.name.clone()), s.clone()))
+            .map(|s| (s.id(), s.clone()))
             .collect(),
         node: stores.own_node().and_then(|n| n.node.clone()),
     }
@@ -384,7 +384,7 @@ fn the_snapshot_kept_one_object_at_a_time_is_the_one_the_stores_build() {
     let c = stores.cluster();
     assert_eq!(
         c.slices.keys().cloned().collect::<Vec<_>>(),
-        [("default".to_string(), "d-1".to_string())]
+        [SliceRef::new("default", "d-1")]
     );
     assert_eq!(
         c.services

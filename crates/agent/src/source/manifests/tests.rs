@@ -90,7 +90,7 @@ fn multi_document_file() {
     assert_eq!(names(&loaded), ["shop/web"]);
     let web = &loaded.cluster.services[&ServiceRef::new("shop", "web")];
     assert_eq!(web.cluster_ips, vec![ip("10.96.0.10")]);
-    let slice = &loaded.cluster.slices[&("shop".to_owned(), "web-1".to_owned())];
+    let slice = &loaded.cluster.slices[&SliceRef::new("shop", "web-1")];
     assert_eq!(slice.service, ServiceRef::new("shop", "web"));
     assert_eq!(slice.family, Family::V4);
     let node = loaded.cluster.node.as_ref().expect("node-a is read");
