@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::config_file::{self, Decoding, FlagOverrides, KubeProxyConfiguration};
-use crate::model::config::ProxyConfig;
+use crate::model::snapshot::config::ProxyConfig;
 
 /// kube-proxy-ipvs: a Kubernetes Service proxy on Linux IPVS, a drop-in for
 /// `kube-proxy --proxy-mode=ipvs`. Flags take kube-proxy's names and meanings.
@@ -412,7 +412,7 @@ fn from_matches(
     let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
     // A module already loaded costs nothing more to use; read once, at start.
     proxy.allowed_schedulers.extend(
-        crate::model::scheduler::LOADED_UNDER_LOCK
+        crate::model::desired::scheduler::LOADED_UNDER_LOCK
             .iter()
             .filter(|s| crate::dataplane::modules::loaded(s))
             .map(|s| s.to_string()),
@@ -445,7 +445,7 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::Family;
+    use crate::model::snapshot::cluster::Family;
 
     fn try_settings(extra: &[&str]) -> Result<Settings, String> {
         let command = command();
@@ -480,10 +480,13 @@ mod tests {
         assert_eq!(d.proxy.scheduler, "rr");
         assert_eq!(
             d.proxy.vip_binding,
-            crate::model::config::VipBinding::Address
+            crate::model::snapshot::config::VipBinding::Address
         );
         let r = try_settings(&["--vip-binding", "route"]).unwrap();
-        assert_eq!(r.proxy.vip_binding, crate::model::config::VipBinding::Route);
+        assert_eq!(
+            r.proxy.vip_binding,
+            crate::model::snapshot::config::VipBinding::Route
+        );
         assert_eq!(
             d.kube_proxy.sync_period(),
             std::time::Duration::from_secs(30)

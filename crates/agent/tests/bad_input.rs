@@ -5,8 +5,8 @@
 #[path = "bad_input/corpus.rs"]
 mod corpus;
 
-use kube_proxy_ipvs_agent::model::config::ProxyConfig;
 use kube_proxy_ipvs_agent::model::desired::{Host, desired};
+use kube_proxy_ipvs_agent::model::snapshot::config::ProxyConfig;
 use kube_proxy_ipvs_agent::source::manifests::load_str;
 
 /// Two good Services in their own namespace, with their slices.

@@ -220,9 +220,9 @@ impl KubeProxyConfiguration {
                 self.ipvs.graceful_termination_timeout = Some(dur(v)?)
             }
             "vip-binding" => {
-                let mode: crate::model::config::VipBinding = v
+                let mode: crate::model::snapshot::config::VipBinding = v
                     .parse()
-                    .map_err(|e: crate::model::config::BadVipBinding| e.to_string())?;
+                    .map_err(|e: crate::model::snapshot::config::BadVipBinding| e.to_string())?;
                 self.ipvs.vip_binding = Some(mode.to_string());
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),

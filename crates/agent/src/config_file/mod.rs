@@ -17,7 +17,7 @@
 //!
 //! [`load`] runs them all. [`KubeProxyConfiguration::to_yaml`] writes the effective
 //! configuration back (`--write-config-to`), [`KubeProxyConfiguration::to_proxy_config`]
-//! builds the model's [`ProxyConfig`](crate::model::config::ProxyConfig).
+//! builds the model's [`ProxyConfig`](crate::model::snapshot::config::ProxyConfig).
 
 pub mod duration;
 pub mod flags;

@@ -4,8 +4,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
-use crate::model::cluster::Family;
-use crate::model::config::LocalDetector;
+use crate::model::snapshot::cluster::Family;
+use crate::model::snapshot::config::LocalDetector;
 
 const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
 
@@ -1078,7 +1078,7 @@ fn conntrack_sysctls_are_kube_proxys() {
 
 #[test]
 fn the_graceful_termination_bound_is_read_from_the_file_and_a_flag_overrides_it() {
-    use crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT;
+    use crate::model::snapshot::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT;
     let bound = |text: &str, flags: FlagOverrides| {
         let (mut c, _) =
             KubeProxyConfiguration::from_text(&format!("{HEAD}{text}"), Decoding::Strict)?;
@@ -1125,7 +1125,7 @@ fn the_graceful_termination_bound_is_read_from_the_file_and_a_flag_overrides_it(
 
 #[test]
 fn the_vip_binding_is_read_from_the_file_and_a_flag_overrides_it() {
-    use crate::model::config::VipBinding;
+    use crate::model::snapshot::config::VipBinding;
     let binding = |text: &str, flags: FlagOverrides| {
         let (mut c, _) =
             KubeProxyConfiguration::from_text(&format!("{HEAD}{text}"), Decoding::Strict)?;

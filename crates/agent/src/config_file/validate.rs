@@ -6,7 +6,7 @@ use ipnet::IpNet;
 
 use super::interface;
 use super::{API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration};
-use crate::model::cluster::Family;
+use crate::model::snapshot::cluster::Family;
 
 impl KubeProxyConfiguration {
     /// kube-proxy's validation (`pkg/proxy/apis/config/validation`), for a defaulted
@@ -72,12 +72,12 @@ impl KubeProxyConfiguration {
                 }
             }
             for (i, s) in self.ipvs.allowed_schedulers.iter().enumerate() {
-                if !crate::model::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
+                if !crate::model::desired::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
                     push(
                         &format!("ipvs.allowedSchedulers[{i}]"),
                         format!(
                             "{s:?}: only the schedulers IPVS would load under its lock need allowing ({})",
-                            crate::model::scheduler::LOADED_UNDER_LOCK.join(", ")
+                            crate::model::desired::scheduler::LOADED_UNDER_LOCK.join(", ")
                         ),
                     );
                 }

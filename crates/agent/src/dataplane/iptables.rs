@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::model::cluster::Family;
-use crate::model::iptables::JUMPS;
+use crate::model::desired::iptables::JUMPS;
 use crate::model::kernel::{Jump, Rules, Table};
+use crate::model::snapshot::cluster::Family;
 
 use super::Error;
 

@@ -35,11 +35,11 @@ use futures::future::BoxFuture;
 
 use self::host::{HostSetup, HostStep};
 use self::probe::ProbeFailure;
-use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
-use crate::model::rolling::Part;
 
 pub use crate::model::kernel::RealServers;
 
@@ -104,7 +104,7 @@ pub trait Dataplane {
     /// Reads the kernel state the agent manages.
     fn observe(&mut self) -> impl Future<Output = Result<Observation, Error>> + Send;
     /// Reads the kernel as [`Dataplane::observe`] does, but the real servers of only the
-    /// virtual servers `part` selects (the periodic pass, [`crate::model::rolling`]): the others
+    /// virtual servers `part` selects (the periodic pass, [`crate::model::kernel::rolling`]): the others
     /// come back without real servers, their keys in the second value.
     fn observe_part(
         &mut self,

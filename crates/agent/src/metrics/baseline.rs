@@ -8,9 +8,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::*;
 use crate::dataplane::memory::Memory;
-use crate::model::cluster::Protocol;
-use crate::model::config::ProxyConfig;
 use crate::model::fixtures::{cluster, eps, kubernetes, svc};
+use crate::model::snapshot::cluster::Protocol;
+use crate::model::snapshot::config::ProxyConfig;
 use crate::sync::Syncer;
 use crate::web::Request;
 

@@ -22,10 +22,10 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::dataplane::Applied;
-use crate::model::cluster::Family;
-use crate::model::drift::DriftKind;
-use crate::model::op_kind::OpKind;
+use crate::model::kernel::drift::DriftKind;
+use crate::model::plan::op_kind::OpKind;
 use crate::model::plan::{Op, Plan};
+use crate::model::snapshot::cluster::Family;
 use crate::sync::Report;
 use crate::web::{self, Request, Response};
 
@@ -85,7 +85,7 @@ impl SyncObservation {
     /// Counts `plan` and `applied` (the outcome of `plan`) by operation kind.
     pub fn from_plan(plan: &Plan, applied: &Applied, duration: Duration, at: SystemTime) -> Self {
         Self::from_counts(
-            &crate::model::op_kind::count(&plan.ops),
+            &crate::model::plan::op_kind::count(&plan.ops),
             applied.failures(plan).map(|(op, _)| op),
             duration,
             at,
@@ -793,11 +793,11 @@ mod tests {
     fn served(name: &str, key: &str, n: u64) -> crate::sync::ServiceTraffic {
         let (address, port) = key.rsplit_once(':').unwrap();
         crate::sync::ServiceTraffic {
-            service: crate::model::cluster::ServiceRef::new("shop", name),
+            service: crate::model::snapshot::cluster::ServiceRef::new("shop", name),
             port_name: "http".into(),
             key: crate::model::kernel::VsKey {
                 address: address.trim_matches(['[', ']']).parse().unwrap(),
-                protocol: crate::model::cluster::Protocol::Tcp,
+                protocol: crate::model::snapshot::cluster::Protocol::Tcp,
                 port: port.parse().unwrap(),
             },
             traffic: crate::dataplane::Traffic {

@@ -1,9 +1,9 @@
 //! What the model finds wrong and works around: each a [`Warning`] the sync loop logs, which
 //! tests tell apart by variant, not by its text.
 
-use super::cluster::ServiceRef;
-use super::kernel::{SetKind, VsKey};
-use super::scheduler::Refusal;
+use crate::model::desired::scheduler::Refusal;
+use crate::model::kernel::{SetKind, VsKey};
+use crate::model::snapshot::cluster::ServiceRef;
 
 /// Something the desired state or the plan could not do as asked, and what it did instead.
 /// Its `Display` is the line the log shows.

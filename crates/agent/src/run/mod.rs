@@ -26,8 +26,8 @@ use self::tasks::Tasks;
 use crate::cli::Settings;
 use crate::dataplane::kernel::Kernel;
 use crate::dataplane::{Dataplane, Observation, families};
-use crate::model::config::ProxyConfig;
 use crate::model::plan;
+use crate::model::snapshot::config::ProxyConfig;
 use crate::sync::Syncer;
 
 /// Runs the mode the command line asks for: `--write-config-to`, `--cleanup`, `--dry-run`,

@@ -211,9 +211,9 @@ mod tests {
 
     #[test]
     fn rules_another_program_keeps_locked_do_not_block_the_agent_but_other_failures_do() {
-        use crate::model::cluster::Family;
         use crate::model::kernel::Rules;
         use crate::model::plan::Plan;
+        use crate::model::snapshot::cluster::Family;
         let report = |e: Error| Report {
             full: true,
             plan: Plan {
@@ -250,7 +250,7 @@ mod tests {
         let op = Op::AddService {
             key: VsKey {
                 address: "10.96.0.10".parse().unwrap(),
-                protocol: crate::model::cluster::Protocol::Tcp,
+                protocol: crate::model::snapshot::cluster::Protocol::Tcp,
                 port: 80,
             },
             service: Box::new(VirtualServer {
@@ -307,8 +307,8 @@ mod loop_tests {
 
     use super::super::{Periods, Syncer, run};
     use crate::dataplane::memory::Memory;
-    use crate::model::cluster::Protocol;
     use crate::model::fixtures::{cluster, config, eps, svc};
+    use crate::model::snapshot::cluster::Protocol;
 
     /// Runs the loop on two Services (10.96.0.10 and .11) for `secs` of paused time over a
     /// kernel that refuses the operations containing one of `refuse`; returns the number of

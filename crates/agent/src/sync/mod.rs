@@ -3,7 +3,7 @@
 //!
 //! The kernel is read once at start and at every full sync (`--ipvs-sync-period`), which also
 //! repairs drift (on a large node each periodic pass reads the real servers of one share of
-//! the virtual servers, in turn: [`crate::model::rolling`]); in between, the agent diffs
+//! the virtual servers, in turn: [`crate::model::kernel::rolling`]); in between, the agent diffs
 //! against its own record of what it applied, so an endpoint change costs only the
 //! operations it needs. The read of a periodic pass runs apart, on a task of its own, while
 //! changes keep syncing against the shadow; what they apply meanwhile is replayed on what it
@@ -11,7 +11,7 @@
 //! failure read the kernel themselves). Syncs are at least `--ipvs-min-sync-period` apart. No kernel change happens before the source has a complete
 //! snapshot: an empty cache must never mean "delete everything".
 //!
-//! Removed TCP real servers drain (see [`crate::model::drain`]): a sync that removes real
+//! Removed TCP real servers drain (see [`crate::model::plan::drain`]): a sync that removes real
 //! servers reads the connection counts of their virtual servers alone (as kube-proxy checks a
 //! real server's connections before deleting it), so an idle one goes in the same sync and a
 //! busy one is left at weight 0. Full syncs read the counts again and delete what has gone
@@ -56,22 +56,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::dataplane::{Applied, Dataplane, Error, Traffic};
-use crate::model::cluster::{Cluster, ServiceRef};
-use crate::model::computed::Computed;
-use crate::model::config::ProxyConfig;
-use crate::model::conntrack::ConntrackFilter;
-use crate::model::drain::Draining;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::incremental::computed::Computed;
 use crate::model::incremental::{Incremental, Pass};
 use crate::model::kernel::VsKey;
-use crate::model::op_kind;
+use crate::model::kernel::rolling::READ_SHARE;
+use crate::model::kernel::shadow::Shadow;
+use crate::model::plan::drain::Draining;
+use crate::model::plan::op_kind;
 use crate::model::plan::{Op, Plan};
-use crate::model::rolling::READ_SHARE;
-use crate::model::shadow::Shadow;
+use crate::model::snapshot::cluster::{Cluster, ServiceRef};
+use crate::model::snapshot::config::ProxyConfig;
 use connections::Connections;
 use draining::LosingRead;
 use reading::Reading;
 
-pub use crate::model::drift::{Drift, DriftKind};
+pub use crate::model::kernel::drift::{Drift, DriftKind};
 pub use failures::{Backoff, FailureLog, cannot_program};
 pub use report::Report;
 pub use run_loop::run;
@@ -408,7 +408,7 @@ impl<D: Dataplane> Syncer<D> {
             host,
             traffic,
         } = self.dataplane.observe().await?;
-        self.shadow = Some(crate::model::shadow::Shadow { state, host });
+        self.shadow = Some(crate::model::kernel::shadow::Shadow { state, host });
         self.traffic = traffic;
         Ok(())
     }

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use super::failures::{self, Backoff, FailureLog, Failures, cannot_program};
 use super::{Periods, Report, Syncer};
 use crate::dataplane::{Dataplane, Error};
-use crate::model::cluster::{Cluster, changed_services};
+use crate::model::snapshot::cluster::{Cluster, changed_services};
 
 /// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
 /// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::names::{namespace_of, printable};
-use crate::model::cluster::{Family, Protocol};
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The kinds of object this module converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

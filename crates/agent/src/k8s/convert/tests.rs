@@ -7,7 +7,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 
 use super::parse::missing;
 use super::*;
-use crate::model::cluster::*;
+use crate::model::snapshot::cluster::*;
 
 fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(yaml: &str) -> T {
     match serde_saphyr::from_str(yaml) {

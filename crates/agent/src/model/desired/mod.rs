@@ -8,23 +8,33 @@
 //! - `builder`: the state in the making, and what derives from all the Services at the end.
 //! - `service`: one Service, through each way its ports are exposed (cluster IP, external
 //!   IPs, load balancer, node port).
-//! - `footprint`: what each Service put in, for [`super::incremental`] to take it out again.
+//! - `footprint`: what each Service put in, for [`crate::model::incremental`] to take it out again.
+//! - [`sets`]: the KUBE-* ipsets, named, typed and commented as kube-proxy makes them, and the
+//!   agent's ownership set.
+//! - [`iptables`]: the fixed KUBE-* catalogue of chains and rules, in `iptables-restore` form.
+//! - [`scheduler`]: which IPVS scheduler a Service's virtual servers get, and when a Service's
+//!   own is refused.
+//! - [`conntrack`]: which UDP conntrack entries are stale once Services or endpoints change.
 
 mod builder;
+pub mod conntrack;
 mod footprint;
 mod host;
+pub mod iptables;
 mod node_settings;
+pub mod scheduler;
 mod service;
+pub mod sets;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::cluster::{Cluster, EndpointSlice, Family, Service};
-use super::config::{ConnReuse, ProxyConfig};
-use super::iptables::{self, OutFilter};
-use super::kernel::{KernelState, Rules, VsKey};
-use super::warning::Warning;
+use crate::model::kernel::{KernelState, Rules, VsKey};
+use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, Service};
+use crate::model::snapshot::config::{ConnReuse, ProxyConfig};
+use crate::model::warning::Warning;
 use builder::Builder;
+use iptables::OutFilter;
 
 pub(crate) use footprint::{Footprint, Footprints};
 pub use host::{HealthCheckAddresses, Host, LocalAddress, health_check_addresses};

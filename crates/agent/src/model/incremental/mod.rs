@@ -15,21 +15,26 @@
 //!
 //! - `kept`: the state kept up to date Service by Service ([`Kept`]), and the [`Scope`] of a
 //!   change;
+//! - [`computed`]: what one sync derives from the snapshot ([`Computed`]), computed once here.
+//! - [`reach`]: what one sync looks at ([`Reach`]): the whole state, or only the keys some
+//!   Services' change moved.
 //! - `tests`: the property test that a kept state is the state a build computes.
 
+pub mod computed;
 mod kept;
+pub mod reach;
 #[cfg(test)]
 pub(crate) mod tests;
 
 use std::collections::BTreeSet;
 
-use super::cluster::{Cluster, ServiceRef};
-use super::computed::Computed;
-use super::config::ProxyConfig;
-use super::desired::{Desired, Host, health_check_addresses};
-use super::kernel::KernelState;
-use super::reach::Reach;
-use super::scheduler::{self, Refusal};
+use crate::model::desired::scheduler::{self, Refusal};
+use crate::model::desired::{Desired, Host, health_check_addresses};
+use crate::model::kernel::KernelState;
+use crate::model::snapshot::cluster::{Cluster, ServiceRef};
+use crate::model::snapshot::config::ProxyConfig;
+use computed::Computed;
+use reach::Reach;
 
 pub use kept::{Kept, Scope};
 

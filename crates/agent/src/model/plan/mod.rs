@@ -13,19 +13,30 @@
 //! - `phases`: the plan builder: what each object needs, put in its phase, and the phases
 //!   joined in plan order.
 //! - `ownership`: [`owns`], which observed virtual servers are the agent's to delete.
+//! - [`op_kind`]: what kind of change an operation is and which kernel object it changes, the
+//!   one classification metrics, the kernel's routing and drift read.
+//! - [`drain`]: graceful termination, which removed real servers drain and since when.
+//! - [`priority`]: the Services a node needs first, planned ahead of the full state on a cold
+//!   start.
+//! - [`leftovers`]: what kube-proxy's other modes leave on a node, and the input that removes it.
+//! - `tests`: the plan's order and scope.
 
+pub mod drain;
+pub mod leftovers;
 mod op;
+pub mod op_kind;
 mod ownership;
 mod phases;
+pub mod priority;
 
 use std::collections::BTreeSet;
 
 use ipnet::IpNet;
 
-use super::drain::DestinationKey;
-use super::incremental::Scope;
-use super::kernel::{KernelState, Set, SetEntry, VsKey};
-use super::warning::Warning;
+use crate::model::incremental::Scope;
+use crate::model::kernel::{KernelState, Set, SetEntry, VsKey};
+use crate::model::warning::Warning;
+use drain::DestinationKey;
 pub use op::Op;
 pub use ownership::owns;
 use phases::Phases;
@@ -55,7 +66,7 @@ pub fn plan(desired: &KernelState, observed: &KernelState, exclude_cidrs: &[IpNe
 }
 
 /// Plans the changes that turn `observed` into `desired`, draining removed real servers
-/// (graceful termination, see [`super::drain`]).
+/// (graceful termination, see [`crate::model::plan::drain`]).
 ///
 /// A real server that a wanted virtual server holds but should not is deleted at once when its
 /// protocol is UDP or SCTP, when the observation says IPVS tracks no connection to it, or when

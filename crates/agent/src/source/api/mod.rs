@@ -58,7 +58,7 @@ use tracing::{debug, info, warn};
 
 use self::rate::RateLimitLayer;
 use crate::k8s::convert::{self, ConvertError};
-use crate::model::cluster::{self, Cluster, ObjectMap, ServiceRef, SliceRef};
+use crate::model::snapshot::cluster::{self, Cluster, ObjectMap, ServiceRef, SliceRef};
 
 /// The label selector of the Service watch, as kube-proxy's informer: Services of another
 /// proxy stay on the server. (kube-proxy selects Services by this label alone; the

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use crate::k8s::convert;
-use crate::model::cluster::{Cluster, ServiceRef, SliceRef};
+use crate::model::snapshot::cluster::{Cluster, ServiceRef, SliceRef};
 
 /// What [`load`] could not do at all.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::model::cluster::Family;
+use crate::model::snapshot::cluster::Family;
 
 /// A fresh, empty directory under the system's temp dir, removed on drop.
 struct TempDir(PathBuf);

@@ -9,12 +9,12 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::dataplane::memory::Memory;
-use crate::model::cluster::{Protocol, SliceRef, changed_services};
 use crate::model::desired::{Host, desired};
 use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
 use crate::model::incremental::REBUILD_EVERY;
 use crate::model::kernel::{KernelState, Table};
 use crate::model::plan::Op;
+use crate::model::snapshot::cluster::{Protocol, SliceRef, changed_services};
 use crate::model::warning::Warning as ModelWarning;
 
 /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
@@ -389,7 +389,7 @@ async fn a_plan_that_moves_into_the_shadow_is_reported_by_its_counts_and_a_faile
         let a = kept.sync(&c, true).await.unwrap();
         let b = moved.sync(&c, true).await.unwrap();
         assert!(b.plan.is_empty() && !a.plan.is_empty());
-        assert_eq!(b.op_counts, crate::model::op_kind::count(&a.plan.ops));
+        assert_eq!(b.op_counts, crate::model::plan::op_kind::count(&a.plan.ops));
         assert_eq!(b.ops(), a.plan.ops.len() as u64);
         assert_eq!(moved.shadow(), kept.shadow());
         assert_eq!(moved.dataplane().state, kept.dataplane().state);
@@ -900,7 +900,7 @@ fn counts(d: &Drift) -> Vec<(DriftKind, u64)> {
 
 #[tokio::test]
 async fn drift_is_counted_by_kind_and_only_once() {
-    use crate::model::cluster::Family;
+    use crate::model::snapshot::cluster::Family;
     let c = cluster(
         vec![
             svc("web").cluster_ip("10.96.0.10").tcp(80),

@@ -1,7 +1,7 @@
 //! What one sync looks at: the whole state, or only the keys that some Services' change moved.
 //!
 //! The choice is made once, where the desired state is brought up to date
-//! ([`super::incremental::Incremental::advance`]); the plan, the tracking of draining real
+//! ([`crate::model::incremental::Incremental::advance`]); the plan, the tracking of draining real
 //! servers and the conntrack filter all take it from there, so they cannot disagree on it.
 
 use std::collections::BTreeSet;
@@ -9,14 +9,14 @@ use std::time::Instant;
 
 use ipnet::IpNet;
 
-use super::cluster::{Cluster, ServiceRef, SlicesByService};
-use super::config::ProxyConfig;
-use super::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
-use super::desired::Host;
-use super::drain::{DestinationKey, Draining};
-use super::incremental::Scope;
-use super::kernel::{KernelState, VsKey};
-use super::plan::{Op, Plan, plan_draining, plan_scoped};
+use crate::model::desired::Host;
+use crate::model::desired::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
+use crate::model::incremental::Scope;
+use crate::model::kernel::{KernelState, VsKey};
+use crate::model::plan::drain::{DestinationKey, Draining};
+use crate::model::plan::{Op, Plan, plan_draining, plan_scoped};
+use crate::model::snapshot::cluster::{Cluster, ServiceRef, SlicesByService};
+use crate::model::snapshot::config::ProxyConfig;
 
 /// What a sync looks at.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! The KUBE-* ipsets, named, typed and commented as kube-proxy's IPVS mode makes them, plus the
 //! agent's own ownership set.
 
-use super::cluster::Family;
-use super::kernel::SetKind;
+use crate::model::kernel::SetKind;
+use crate::model::snapshot::cluster::Family;
 
 /// One set of the catalogue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
-use super::kernel::VsKey;
+use crate::model::kernel::VsKey;
 
 /// Virtual servers whose real servers one periodic pass reads, at most (beside the draining
 /// ones): below this many, every pass reads everything.
@@ -64,7 +64,7 @@ fn share_of(key: &VsKey, shares: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::Protocol;
+    use crate::model::snapshot::cluster::Protocol;
 
     fn key(i: u32) -> VsKey {
         VsKey {

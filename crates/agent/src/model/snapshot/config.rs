@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::cluster::Family;
+use crate::model::snapshot::cluster::Family;
 
 /// How the agent tells pod traffic from other traffic, for masquerade decisions
 /// (`--detect-local-mode`).
@@ -72,7 +72,7 @@ pub struct ProxyConfig {
     /// `--vip-binding`: how the kernel edge binds the VIPs on `kube-ipvs0`. The desired state
     /// does not depend on it (its `addresses` are the VIPs either way).
     pub vip_binding: VipBinding,
-    /// Schedulers of [`LOADED_UNDER_LOCK`](super::scheduler::LOADED_UNDER_LOCK) that a
+    /// Schedulers of [`LOADED_UNDER_LOCK`](crate::model::desired::scheduler::LOADED_UNDER_LOCK) that a
     /// Service's annotation may name: those the operator allowed
     /// (`--ipvs-allowed-schedulers`) and those whose module was loaded when the agent
     /// started. Any other scheduler is always allowed.

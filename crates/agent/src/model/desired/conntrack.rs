@@ -18,10 +18,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use super::cluster::{Cluster, Family, Protocol, ServiceType};
-use super::config::ProxyConfig;
-use super::desired::{Host, resolve_node_settings};
-use super::endpoints::{Topology, port_endpoints};
+use crate::model::desired::{Host, resolve_node_settings};
+use crate::model::snapshot::cluster::{Cluster, Family, Protocol, ServiceType};
+use crate::model::snapshot::config::ProxyConfig;
+use crate::model::snapshot::endpoints::{Topology, port_endpoints};
 
 /// The serving endpoint addresses of every UDP Service frontend that has some.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,8 +97,8 @@ pub fn conntrack_filter_of(
     config: &ProxyConfig,
     host: &Host,
     only: Option<(
-        &std::collections::BTreeSet<super::cluster::ServiceRef>,
-        &super::cluster::SlicesByService<'_>,
+        &std::collections::BTreeSet<crate::model::snapshot::cluster::ServiceRef>,
+        &crate::model::snapshot::cluster::SlicesByService<'_>,
     )>,
 ) -> ConntrackFilter {
     let config = &resolve_node_settings(cluster, config);
@@ -113,7 +113,10 @@ pub fn conntrack_filter_of(
             .extend(host.node_port_addresses(*family, config));
     }
     let all;
-    let (slices, services): (_, Box<dyn Iterator<Item = &super::cluster::Service>>) = match only {
+    let (slices, services): (
+        _,
+        Box<dyn Iterator<Item = &crate::model::snapshot::cluster::Service>>,
+    ) = match only {
         Some((ids, slices)) => (
             slices,
             Box::new(

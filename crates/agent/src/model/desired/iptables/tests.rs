@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::model::cluster::Family;
-use crate::model::config::{LocalDetector, ProxyConfig};
+use crate::model::desired::sets::{self, SetDef};
 use crate::model::kernel::{Rules, Set, SetEntry, SetKind, Table};
-use crate::model::sets::{self, SetDef};
+use crate::model::snapshot::cluster::Family;
+use crate::model::snapshot::config::{LocalDetector, ProxyConfig};
 
 fn sets_with(names: &[&SetDef]) -> BTreeMap<String, Set> {
     names

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 
 use super::chains::{JUMPS, OutFilter};
-use crate::model::cluster::Family;
-use crate::model::config::{LocalDetector, ProxyConfig};
+use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::kernel::{Rules, Set, Table};
-use crate::model::sets::{self, SetDef, set_name};
+use crate::model::snapshot::cluster::Family;
+use crate::model::snapshot::config::{LocalDetector, ProxyConfig};
 
 /// Local-destined traffic that no VIP rule took may be for a node port.
 const TO_NODE_PORTS: &str = "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT";

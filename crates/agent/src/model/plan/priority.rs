@@ -12,11 +12,11 @@
 //! agent's iptables rules only when the kernel holds none of them yet (rules computed from a
 //! few Services would otherwise replace the full rules of a running node for a moment).
 
-use super::cluster::{Cluster, ServiceRef};
-use super::config::ProxyConfig;
-use super::desired::{Host, desired};
-use super::kernel::{KernelState, Set};
-use super::plan::{Op, Plan, plan};
+use crate::model::desired::{Host, desired};
+use crate::model::kernel::{KernelState, Set};
+use crate::model::plan::{Op, Plan, plan};
+use crate::model::snapshot::cluster::{Cluster, ServiceRef};
+use crate::model::snapshot::config::ProxyConfig;
 
 /// The Services programmed first, as namespace and name: the API server's and the cluster
 /// DNS (`kube-dns` is the name kubeadm, kops and most distributions give CoreDNS's Service).
@@ -133,8 +133,8 @@ fn within(observed: &KernelState, want: &KernelState) -> KernelState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::Protocol;
     use crate::model::fixtures::*;
+    use crate::model::snapshot::cluster::Protocol;
 
     fn kubernetes_and_web() -> Cluster {
         // The fixtures' namespace is `default`.

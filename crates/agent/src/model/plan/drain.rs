@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::cluster::Protocol;
-use super::kernel::{KernelState, VsKey};
+use crate::model::kernel::{KernelState, VsKey};
+use crate::model::snapshot::cluster::Protocol;
 
 /// One real server of one virtual server.
 pub type DestinationKey = (VsKey, SocketAddr);

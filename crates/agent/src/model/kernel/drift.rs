@@ -1,15 +1,15 @@
 //! Drift: what a full sync repaired that someone else had changed. Counted by the kind of
-//! kernel object ([`super::op_kind::Object`]; the rules split into chains and jumps) with a
+//! kernel object ([`crate::model::plan::op_kind::Object`]; the rules split into chains and jumps) with a
 //! few examples each for the log.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::cluster::Family;
-use super::iptables::canonical;
-use super::kernel::{Jump, KernelState, LINK_NAME, Rules};
-use super::op_kind::{Object, OpKind};
-use super::plan::{Op, Plan};
+use crate::model::desired::iptables::canonical;
+use crate::model::kernel::{Jump, KernelState, LINK_NAME, Rules};
+use crate::model::plan::op_kind::{Object, OpKind};
+use crate::model::plan::{Op, Plan};
+use crate::model::snapshot::cluster::Family;
 
 /// The kinds of kernel object whose drift is counted: the objects operations change
 /// ([`Object`]), the rules split into their chains and jumps.
@@ -297,7 +297,7 @@ mod tests {
         for i in 0..5 {
             d.add(DriftKind::Address, 1, || format!("10.96.0.{i} missing"));
         }
-        let prerouting = crate::model::iptables::JUMPS
+        let prerouting = crate::model::desired::iptables::JUMPS
             .iter()
             .find(|j| j.chain == "PREROUTING")
             .unwrap();
@@ -332,7 +332,7 @@ mod tests {
     fn drains_and_cleanup_repair_nothing() {
         let key = crate::model::kernel::VsKey {
             address: "10.96.0.10".parse().unwrap(),
-            protocol: crate::model::cluster::Protocol::Tcp,
+            protocol: crate::model::snapshot::cluster::Protocol::Tcp,
             port: 80,
         };
         let destination = "10.244.0.2:8080".parse().unwrap();

@@ -100,7 +100,7 @@ pub struct OutFilter {
     /// The load-balancer IP.
     pub address: std::net::IpAddr,
     /// Its protocol.
-    pub protocol: crate::model::cluster::Protocol,
+    pub protocol: crate::model::snapshot::cluster::Protocol,
     /// Its port.
     pub port: u16,
 }

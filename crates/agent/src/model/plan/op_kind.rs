@@ -1,7 +1,7 @@
 //! What kind of change an operation is, and which kernel object it changes: the one
 //! classification the metrics' labels, the kernel's routing and drift all read.
 
-use super::plan::Op;
+use crate::model::plan::Op;
 
 /// The kind of an [`Op`], without its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -226,7 +226,7 @@ mod tests {
     fn each_operation_names_its_object() {
         let key = crate::model::kernel::VsKey {
             address: "10.96.0.10".parse().unwrap(),
-            protocol: crate::model::cluster::Protocol::Tcp,
+            protocol: crate::model::snapshot::cluster::Protocol::Tcp,
             port: 80,
         };
         let cases = [

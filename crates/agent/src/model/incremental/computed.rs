@@ -1,14 +1,14 @@
 //! What one sync derives from the cluster snapshot, computed once
-//! ([`super::incremental::Incremental::advance`]): the sync then plans, applies and reports from
+//! ([`crate::model::incremental::Incremental::advance`]): the sync then plans, applies and reports from
 //! it without going back to the snapshot.
 
-use super::conntrack::ConntrackFilter;
-use super::desired::HealthCheckAddresses;
-use super::reach::Reach;
-use super::scheduler::Refusal;
+use crate::model::desired::HealthCheckAddresses;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::desired::scheduler::Refusal;
+use crate::model::incremental::reach::Reach;
 
 /// What one sync computed; the desired state itself stays with
-/// [`super::incremental::Incremental`], which keeps it for the next sync.
+/// [`crate::model::incremental::Incremental`], which keeps it for the next sync.
 #[derive(Debug)]
 pub struct Computed<'a> {
     /// What the sync looks at: the whole state, or what some Services' change moved.

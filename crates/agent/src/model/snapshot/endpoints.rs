@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::cluster::{Cluster, EndpointSlice, Family, ServicePort};
+use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, ServicePort};
 
 /// The Node label that names its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -69,7 +69,7 @@ pub struct Chosen {
 }
 
 /// Every endpoint of `port` in the family's slices among `slices` (a Service's, from
-/// [`super::cluster::SlicesByService::of`]), one per address, seen from the node `topology`
+/// [`crate::model::snapshot::cluster::SlicesByService::of`]), one per address, seen from the node `topology`
 /// describes.
 pub fn port_endpoints(
     slices: &[&EndpointSlice],
@@ -194,11 +194,11 @@ pub fn choose(endpoints: &[PortEndpoint], node_hints: bool) -> Chosen {
 pub struct HealthCheck {
     /// The family: kube-proxy runs one health server per family, each answering with its
     /// own family's endpoints.
-    pub family: super::cluster::Family,
+    pub family: crate::model::snapshot::cluster::Family,
     /// `spec.healthCheckNodePort`.
     pub port: u16,
     /// The Service.
-    pub service: super::cluster::ServiceRef,
+    pub service: crate::model::snapshot::cluster::ServiceRef,
     /// Its ready endpoints of this family on this node, counted by address (kube-proxy
     /// answers 200 when it is not zero).
     pub local_endpoints: usize,
@@ -210,9 +210,9 @@ pub struct HealthCheck {
 pub fn health_checks(
     cluster: &Cluster,
     node: &str,
-    families: &[super::cluster::Family],
+    families: &[crate::model::snapshot::cluster::Family],
 ) -> Vec<HealthCheck> {
-    use super::cluster::{Family, ServiceType, TrafficPolicy};
+    use crate::model::snapshot::cluster::{Family, ServiceType, TrafficPolicy};
     let mut out = Vec::new();
     for service in cluster.services.values() {
         let Some(port) = service.health_check_node_port else {

@@ -5,10 +5,10 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use super::cluster::{Family, Protocol};
-use super::desired::Host;
-use super::kernel::{KernelState, RealServers, Set, SetKind, VirtualServer, VsKey};
-use super::plan::Op;
+use crate::model::desired::Host;
+use crate::model::kernel::{KernelState, RealServers, Set, SetKind, VirtualServer, VsKey};
+use crate::model::plan::Op;
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The kernel as last read, with every plan applied since replayed on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -253,7 +253,7 @@ mod tests {
     fn key() -> VsKey {
         VsKey {
             address: "10.96.0.10".parse().unwrap(),
-            protocol: crate::model::cluster::Protocol::Tcp,
+            protocol: crate::model::snapshot::cluster::Protocol::Tcp,
             port: 80,
         }
     }

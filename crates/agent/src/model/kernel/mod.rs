@@ -1,5 +1,17 @@
 //! The kernel state the agent manages, as plain data: both what it wants (`desired`) and what
 //! it found (`observe`) have this shape, and `plan` diffs two of them.
+//!
+//! # Layout
+//! - [`sorted_map`]: the small sorted-vector map a virtual server's real servers are held in.
+//! - [`shadow`]: what the agent believes the kernel holds between reads, kept by replaying
+//!   the plans the kernel applied.
+//! - [`rolling`]: which share of the real servers a periodic full sync reads.
+//! - [`drift`]: what a full sync repaired that someone else had changed, by kind of object.
+
+pub mod drift;
+pub mod rolling;
+pub mod shadow;
+pub mod sorted_map;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -8,8 +20,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::cluster::{Family, Protocol};
-use super::sorted_map::SortedMap;
+use crate::model::snapshot::cluster::{Family, Protocol};
+use sorted_map::SortedMap;
 
 /// The dummy link that holds every VIP, named as kube-proxy names it.
 pub const LINK_NAME: &str = "kube-ipvs0";
@@ -196,8 +208,8 @@ impl Table {
     /// The agent's chains in this table.
     pub fn chains(self) -> &'static [&'static str] {
         match self {
-            Table::Filter => super::iptables::FILTER_CHAINS,
-            Table::Nat => super::iptables::NAT_CHAINS,
+            Table::Filter => crate::model::desired::iptables::FILTER_CHAINS,
+            Table::Nat => crate::model::desired::iptables::NAT_CHAINS,
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::cluster::Family;
 use crate::model::kernel::{Rules, Table};
+use crate::model::snapshot::cluster::Family;
 
 /// Rules of each `(table, chain)` in a canonical form, so that rules as written and rules as
 /// `iptables-save` prints them compare equal: address, interface and protocol options first,

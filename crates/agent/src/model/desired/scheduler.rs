@@ -19,8 +19,8 @@
 
 use std::fmt;
 
-use super::cluster::{Cluster, Service, ServiceRef};
-use super::config::ProxyConfig;
+use crate::model::snapshot::cluster::{Cluster, Service, ServiceRef};
+use crate::model::snapshot::config::ProxyConfig;
 
 /// The schedulers of the kernel's IPVS (`net/netfilter/ipvs/ip_vs_*.c` that call
 /// `register_ip_vs_scheduler`): the only names a Service's annotation may give.
