@@ -32,7 +32,8 @@
 //! - `run_loop`: [`run`], the loop that decides when to sync and what follows a failure,
 //!   with `failures`: its backoff and failure log;
 //! - `tests`: the syncs against the in-memory dataplane and the loop in paused time, with
-//!   `tests/reading.rs` for the reads made apart.
+//!   `tests::reading` for the reads made apart and `tests::failures` for the loop over a
+//!   kernel that refuses.
 
 mod connections;
 mod conntrack;

@@ -1,6 +1,11 @@
-//! Tests of the sync loop: syncs against the in-memory dataplane, the loop with paused time;
-//! `reading` has those of the reads made apart.
+//! Tests of the sync loop: syncs against the in-memory dataplane, the loop with paused time.
+//!
+//! # Layout
+//! - `reading`: the reads of a periodic pass made apart, while changes sync.
+//! - `failures`: the loop over a kernel that refuses, its backoff and the verdicts that block
+//!   the agent.
 
+mod failures;
 mod reading;
 
 use std::sync::Arc;

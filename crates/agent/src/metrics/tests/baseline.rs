@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::*;
+use super::super::*;
 use crate::dataplane::memory::Memory;
 use crate::model::fixtures::{cluster, eps, kubernetes, svc};
 use crate::model::snapshot::cluster::Protocol;
@@ -15,7 +15,7 @@ use crate::sync::Syncer;
 use crate::web::Request;
 
 /// The baseline, written by the hand-written renderer (see its first lines).
-const BASELINE: &str = include_str!("testdata/baseline.txt");
+const BASELINE: &str = include_str!("../testdata/baseline.txt");
 
 /// `/metrics` after one full sync of a few Services (TCP, UDP, a Local-policy NodePort with
 /// no local endpoint, a slice with a trigger time) on the in-memory dataplane, with the
