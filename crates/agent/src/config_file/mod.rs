@@ -18,6 +18,18 @@
 //! [`load`] runs them all. [`KubeProxyConfiguration::to_yaml`] writes the effective
 //! configuration back (`--write-config-to`), [`KubeProxyConfiguration::to_proxy_config`]
 //! builds the model's [`ProxyConfig`](crate::model::snapshot::config::ProxyConfig).
+//!
+//! # Layout
+//! - `types`: the v1alpha1 `KubeProxyConfiguration` type, every field of it.
+//! - `codec`: the file's text into the type, and the effective configuration back to text.
+//! - `defaults`: v1alpha1's defaulting and the platform defaults.
+//! - [`flags`]: command-line flags over the file.
+//! - `validate`: kube-proxy's validation; `error`: its errors, each naming the field's path.
+//! - `fields`: what kube-proxy-ipvs does with each field ([`FIELDS`]).
+//! - `effective`: what the rest of the agent reads from a loaded configuration.
+//! - [`duration`]: Go's `time.Duration` text form; [`gates`]: the feature gates;
+//!   [`interface`]: interface names; `oom`: the process's `oomScoreAdj`.
+//! - `tests`: the pipeline, step by step, against files.
 
 pub mod duration;
 pub mod flags;

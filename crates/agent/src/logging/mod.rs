@@ -1,7 +1,8 @@
 //! The agent's log on standard error, written as kube-proxy's is: klog's text header
 //! (`--logging-format=text`, the default; [`klog`]) or Kubernetes' JSON ([`json`]), at
 //! kube-proxy's `-v` verbosity, with `--vmodule` patterns mapped onto our modules
-//! ([`vmodule`]). `RUST_LOG`, when set, replaces the `-v`/`--vmodule` filter.
+//! ([`vmodule`]). `RUST_LOG`, when set, replaces the `-v`/`--vmodule` filter. [`fields`]
+//! collects an event's message and pairs once, for either format to write.
 //!
 //! Verbosity: tracing's levels stand for klog's `-v` levels. kube-proxy logs its start-up and
 //! changes of state at 0, the details of each sync at 2 and each object's change at 4:

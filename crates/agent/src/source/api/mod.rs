@@ -32,6 +32,12 @@
 //! reflector; a `410 Gone` is a request to relist, not a failure, and is retried after the
 //! first step whatever the backoff had reached). kube speaks JSON only: there is no protobuf
 //! content type.
+//!
+//! # Layout
+//! - [`initial`]: how a watch gets its initial state, streamed (WatchList) or listed.
+//! - `rate`: the client-side request rate limit (`--kube-api-qps`, `--kube-api-burst`).
+//! - `tests`: the stores without a server: relists, conversion once per version, change
+//!   detection.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -13,6 +13,9 @@
 //!
 //! [`watch`] polls the files' modification times and wakes the sync loop when they change;
 //! the loop then calls [`load`] again (level-triggered: nothing is diffed here).
+//!
+//! # Layout
+//! One file, with `tests`: the loading of files and documents, and what is rejected and why.
 
 use std::collections::BTreeMap;
 use std::fmt;
