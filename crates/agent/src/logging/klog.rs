@@ -1,7 +1,7 @@
 //! klog's text format (`--logging-format=text`, kube-proxy's default):
 //!
 //! ```text
-//! I1126 08:25:47.909783      12 sync.rs:88] "synced" ops=3 elapsed="1.2ms"
+//! I1126 08:25:47.909783      12 run_loop.rs:181] "synced" ops=3 elapsed="1.2ms"
 //! ```
 //!
 //! The severity letter (`I`, `W`, `E`), month and day, the time with microseconds (UTC), the
