@@ -104,8 +104,8 @@ pub trait Dataplane {
     /// Reads the kernel state the agent manages.
     fn observe(&mut self) -> impl Future<Output = Result<Observation, Error>> + Send;
     /// Reads the kernel as [`Dataplane::observe`] does, but the real servers of only the
-    /// virtual servers `part` selects (the periodic pass, [`crate::model::kernel::rolling`]): the others
-    /// come back without real servers, their keys in the second value.
+    /// virtual servers `part` selects (the periodic pass, [`crate::model::kernel::rolling`]): the
+    /// others come back without real servers, their keys in the second value.
     fn observe_part(
         &mut self,
         part: &Part,

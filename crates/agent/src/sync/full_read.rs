@@ -1,6 +1,7 @@
 //! The kernel read of a full sync: whole at the first sync, after a failure and on small
-//! nodes; else the periodic pass's share ([`crate::model::kernel::rolling`]), read apart while changes
-//! keep syncing against the shadow ([`super::reading`]) and taken in by the next full sync.
+//! nodes; else the periodic pass's share ([`crate::model::kernel::rolling`]), read apart while
+//! changes keep syncing against the shadow ([`super::reading`]) and taken in by the next full
+//! sync.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

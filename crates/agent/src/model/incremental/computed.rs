@@ -1,6 +1,6 @@
 //! What one sync derives from the cluster snapshot, computed once
-//! ([`crate::model::incremental::Incremental::advance`]): the sync then plans, applies and reports from
-//! it without going back to the snapshot.
+//! ([`super::Incremental::advance`]): the sync then plans, applies and reports from it without
+//! going back to the snapshot.
 
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::desired::conntrack::ConntrackFilter;

@@ -1,6 +1,6 @@
 //! Drift: what a full sync repaired that someone else had changed. Counted by the kind of
-//! kernel object ([`crate::model::plan::op_kind::Object`]; the rules split into chains and jumps) with a
-//! few examples each for the log.
+//! kernel object ([`crate::model::plan::op_kind::Object`]; the rules split into chains and
+//! jumps) with a few examples each for the log.
 
 use std::collections::BTreeMap;
 use std::fmt;

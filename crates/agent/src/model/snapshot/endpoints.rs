@@ -69,8 +69,8 @@ pub struct Chosen {
 }
 
 /// Every endpoint of `port` in the family's slices among `slices` (a Service's, from
-/// [`crate::model::snapshot::cluster::SlicesByService::of`]), one per address, seen from the node `topology`
-/// describes.
+/// [`crate::model::snapshot::cluster::SlicesByService::of`]), one per address, seen from the
+/// node `topology` describes.
 pub fn port_endpoints(
     slices: &[&EndpointSlice],
     port: &ServicePort,
