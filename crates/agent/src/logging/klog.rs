@@ -32,11 +32,17 @@ pub fn severity(level: &Level) -> char {
     }
 }
 
-/// The source file's name without its directories, as klog writes it.
+/// The source file's name without its directories, as klog writes it; a `mod.rs` keeps its
+/// folder (`manifests/mod.rs`), which alone names the module.
 pub fn caller(meta: &tracing::Metadata<'_>) -> String {
     let file = meta.file().unwrap_or("???");
-    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
-    format!("{base}:{}", meta.line().unwrap_or(0))
+    let mut parts = file.rsplit(['/', '\\']);
+    let base = parts.next().unwrap_or(file);
+    let line = meta.line().unwrap_or(0);
+    match parts.next() {
+        Some(folder) if base == "mod.rs" => format!("{folder}/{base}:{line}"),
+        _ => format!("{base}:{line}"),
+    }
 }
 
 impl<S, N> FormatEvent<S, N> for Klog

@@ -210,7 +210,7 @@ mod tests {
             );
             assert!(c[4].parse::<u32>().unwrap() < 24);
             assert_eq!(c[8].trim_start(), pid);
-            assert_eq!(&c[9], "mod.rs");
+            assert_eq!(&c[9], "logging/mod.rs");
             assert!(c[10].parse::<u32>().unwrap() > 0);
         }
         let rest: Vec<(&str, &str)> = parsed
@@ -254,7 +254,7 @@ mod tests {
             let ts = l["ts"].as_f64().unwrap();
             assert!((before..=after).contains(&ts), "ts {ts} in ms: {l}");
             let caller = l["caller"].as_str().unwrap();
-            assert!(caller.starts_with("mod.rs:"), "{l}");
+            assert!(caller.starts_with("logging/mod.rs:"), "{l}");
             let keys: Vec<&String> = l.as_object().unwrap().keys().collect();
             assert!(keys.contains(&&"msg".to_string()), "{l}");
         }
