@@ -323,8 +323,9 @@ impl KubeProxyConfiguration {
             // The flag's entries come after the file's, so that they win (component-base
             // joins them the same way).
             "vmodule" => {
-                for (file_pattern, verbosity) in crate::logging::vmodule::parse(&list().join(","))?
-                {
+                let entries =
+                    crate::logging::vmodule::parse(&list().join(",")).map_err(|e| e.to_string())?;
+                for (file_pattern, verbosity) in entries {
                     self.logging.vmodule.push(VModule {
                         file_pattern,
                         verbosity,
