@@ -187,7 +187,7 @@ impl Pacing {
         if let Some(recheck) = report.recheck_in {
             self.next_full = self.next_full.min(Instant::now() + recheck);
         }
-        cannot_program(report, desired)
+        cannot_program(report, desired).map(|b| b.to_string())
     }
 
     /// Logs the failures that start and end, and after a failure times the retry, with
