@@ -171,7 +171,36 @@ pub enum Blocked {
         /// The kernel's answer to it, explained.
         why: String,
     },
+    /// The sync itself failed: the kernel could not be read.
+    #[error(transparent)]
+    Sync(SyncError),
 }
+
+impl Blocked {
+    /// The variant's name in kebab-case, a stable machine key for the log (`blocked=`),
+    /// unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Blocked::Rules { .. } => "rules",
+            Blocked::NoVirtualServer { .. } => "no-virtual-server",
+            Blocked::Sync(_) => "sync",
+        }
+    }
+}
+
+/// The error that stopped a whole sync, shared; two are the same block when they read the
+/// same (the loop logs a block once, until it changes).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct SyncError(pub std::sync::Arc<Error>);
+
+impl PartialEq for SyncError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for SyncError {}
 
 /// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
 /// `None` when it could program something: every desired virtual server is missing and its
@@ -341,6 +370,8 @@ mod loop_tests {
     use tokio::sync::watch;
 
     use super::super::{Periods, Syncer, run};
+    use super::Blocked;
+    use crate::dataplane::Error;
     use crate::dataplane::memory::Memory;
     use crate::model::cluster::Protocol;
     use crate::model::fixtures::{cluster, config, eps, svc};
@@ -352,7 +383,7 @@ mod loop_tests {
         secs: u64,
         refuse: &[&str],
         unavailable: bool,
-    ) -> (usize, Vec<Option<String>>, Memory) {
+    ) -> (usize, Vec<Option<Blocked>>, Memory) {
         let c = cluster(
             vec![
                 svc("web").cluster_ip("10.96.0.10").tcp(80),
@@ -382,7 +413,7 @@ mod loop_tests {
             periods,
             tokio::time::sleep(Duration::from_secs(secs)),
             |_| syncs += 1,
-            |b| blocked.push(b.map(str::to_string)),
+            |b| blocked.push(b.cloned()),
         )
         .await;
         (blocked.len(), blocked, syncer.dataplane().clone())
@@ -437,8 +468,15 @@ mod loop_tests {
         let (_, blocked, kernel) = run_for(10, &["add service"], false).await;
         let last = blocked.last().cloned().flatten().expect("blocked");
         assert!(
-            last.contains("no virtual server could be made (2 of 2 failed)"),
-            "{last}"
+            matches!(
+                last,
+                Blocked::NoVirtualServer {
+                    failed: 2,
+                    desired: 2,
+                    ..
+                }
+            ),
+            "{last:?}"
         );
         assert!(kernel.state.services.is_empty());
         assert!(kernel.state.link, "what can be made is made");
@@ -450,8 +488,13 @@ mod loop_tests {
         assert_eq!(passes, 5, "t = 0, 1, 3, 7, 15");
         assert_eq!(kernel.observed, 5);
         assert!(
-            blocked.iter().all(|b| b.as_deref().is_some_and(
-                |b| b.starts_with("list IPVS services: the IPVS generic netlink family is missing")
+            blocked.iter().all(|b| matches!(
+                b,
+                Some(Blocked::Sync(e)) if matches!(
+                    &*e.0,
+                    Error::Request { what, source } if what == "list IPVS services"
+                        && matches!(source.ipvs(), Some(ipvs_netlink::Error::FamilyMissing(_)))
+                )
             )),
             "{blocked:?}"
         );
