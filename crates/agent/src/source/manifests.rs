@@ -102,6 +102,33 @@ pub enum Rejection {
     Invalid(convert::Reason),
 }
 
+impl Rejection {
+    /// The variant's name in kebab-case (`not-an-object`), or the model's reason's
+    /// ([`convert::Reason::kind`]): a stable machine key for the log (`rejection=`) and for
+    /// tests, unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Rejection::Read(_) => "read",
+            Rejection::Json(_) => "json",
+            Rejection::Yaml(_) => "yaml",
+            Rejection::NotAnObject => "not-an-object",
+            Rejection::NoTypeMeta => "no-type-meta",
+            Rejection::ItemsNotAList { .. } => "items-not-a-list",
+            Rejection::Duplicate { .. } => "duplicate",
+            Rejection::Decode { .. } => "decode",
+            Rejection::Invalid(reason) => reason.kind(),
+        }
+    }
+
+    /// The path of the field at fault, when the model named one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Rejection::Invalid(reason) => Some(reason.field()),
+            _ => None,
+        }
+    }
+}
+
 /// Reads every manifest at `path` (a file or a directory); `node_name` picks the Node that
 /// becomes [`Cluster::node`].
 ///
@@ -272,7 +299,7 @@ impl<'a> Loader<'a> {
     }
 
     fn reject(&mut self, object: String, reason: Rejection) {
-        tracing::warn!(%object, %reason, "manifest rejected");
+        tracing::warn!(%object, %reason, rejection = reason.kind(), "manifest rejected");
         self.rejected.push((object, reason));
     }
 
