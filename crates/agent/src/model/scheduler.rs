@@ -42,6 +42,16 @@ pub enum Why {
     LoadsUnderLock,
 }
 
+impl Why {
+    /// The variant's name in kebab-case: a stable machine key for the log, unlike the text.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Why::NotAScheduler => "not-a-scheduler",
+            Why::LoadsUnderLock => "loads-under-lock",
+        }
+    }
+}
+
 /// A Service's own scheduler refused, and the one it gets instead.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Refusal {

@@ -171,7 +171,7 @@ impl Pacing {
     /// be programmed, if so (`desired` virtual servers were wanted).
     fn synced(&mut self, report: &Report, full: bool, desired: usize) -> Option<Blocked> {
         for w in &report.warnings {
-            warn!("{w}");
+            warn!(warning = w.kind(), "{w}");
         }
         if report.ops() > 0 {
             info!(
