@@ -43,7 +43,7 @@ fn every_bad_object_is_rejected_by_name_and_the_good_services_survive() {
         let hits = loaded
             .rejected
             .iter()
-            .filter(|(object, reason)| e.matches(object, reason))
+            .filter(|(object, reason)| e.matches(object, reason.kind(), reason.field()))
             .count();
         assert_eq!(
             hits, 1,

@@ -3,17 +3,56 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::gates::GateError;
+use super::interface::NameError;
+
 /// One field that is wrong, named by its path in the file (`ipvs.syncPeriod`) or its flag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// The field's path, e.g. `ipvs.excludeCIDRs[1]`, or `--flag`.
     pub field: String,
     /// What is wrong with it.
-    pub message: String,
+    pub message: Problem,
+}
+
+/// What is wrong with a field: typed where a caller or a test tells the cases apart, text
+/// otherwise. The text is the error log's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// A feature gate's setting kube-proxy refuses.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// An interface name (or prefix) that cannot be used.
+    #[error(transparent)]
+    Interface(#[from] NameError),
+    /// A proxy mode kube-proxy knows that kube-proxy-ipvs does not serve.
+    #[error("{mode:?} is not served by kube-proxy-ipvs, which implements only \"ipvs\"")]
+    ModeNotServed {
+        /// The mode.
+        mode: String,
+    },
+    /// `featureGates.KubeProxyIPVS: false`.
+    #[error("false turns IPVS mode off; kube-proxy would refuse to start in ipvs mode")]
+    IpvsGateOff,
+    /// Anything else, said in words.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for Problem {
+    fn from(message: String) -> Self {
+        Problem::Other(message)
+    }
+}
+
+impl From<&str> for Problem {
+    fn from(message: &str) -> Self {
+        Problem::Other(message.to_string())
+    }
 }
 
 impl FieldError {
-    pub(super) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(super) fn new(field: impl Into<String>, message: impl Into<Problem>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),
@@ -98,6 +137,14 @@ pub enum Error {
 impl Error {
     pub(super) fn invalid(errors: Vec<FieldError>) -> Self {
         Error::Invalid(FieldErrors(errors))
+    }
+
+    /// The line of the file a decoding error is at, when the decoder knows it.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            Error::Decode { source, .. } => source.location().map(|l| l.line()),
+            _ => None,
+        }
     }
 
     /// The field errors, when that is what this is.

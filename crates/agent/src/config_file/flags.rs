@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 use clap::parser::ValueSource;
 
+use super::gates::GateError;
 use super::{
-    Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, TimeOrDuration, VModule,
-    append_port,
+    Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, Problem, TimeOrDuration,
+    VModule, Warning, append_port,
 };
 
 /// The kube-proxy flags given explicitly, by long name (`ipvs-sync-period`), each with its
@@ -101,7 +102,7 @@ impl KubeProxyConfiguration {
         &mut self,
         flags: &FlagOverrides,
         from_file: bool,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<Warning>, Error> {
         let mut warnings = Vec::new();
         let mut errs = Vec::new();
         for (flag, values) in &flags.values {
@@ -133,9 +134,10 @@ impl KubeProxyConfiguration {
                         "metrics-port" => "metricsBindAddress",
                         _ => "?",
                     });
-                warnings.push(format!(
-                    "--{flag} overrides {path} from the config file (kube-proxy would ignore the flag when --config is given)"
-                ));
+                warnings.push(Warning::FlagOverridesFile {
+                    flag: flag.clone(),
+                    field: path,
+                });
             }
         }
         if errs.is_empty() {
@@ -151,7 +153,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         // Each group answers `Ok(false)` for a flag not its own; no flag is in two groups.
         Ok(self.apply_node_flag(flag, v, &list)?
             || self.apply_ipvs_flag(flag, v, &list)?
@@ -168,7 +170,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "proxy-mode" => self.mode = v.to_string(),
             "hostname-override" => {
@@ -189,7 +191,7 @@ impl KubeProxyConfiguration {
                 for pair in list() {
                     let (k, b) = pair
                         .split_once('=')
-                        .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
+                        .ok_or_else(|| GateError::Syntax { pair: pair.clone() })?;
                     let (gate, on) = (k.trim(), go_bool(b.trim())?);
                     super::gates::check(gate, on)?;
                     self.feature_gates.insert(gate.to_string(), on);
@@ -206,7 +208,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "ipvs-scheduler" => self.ipvs.scheduler = v.to_string(),
             "ipvs-sync-period" => self.ipvs.sync_period = dur(v)?,
@@ -233,7 +235,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `--iptables-*` and `--masquerade-all`.
-    fn apply_iptables_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_iptables_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
@@ -248,7 +250,7 @@ impl KubeProxyConfiguration {
     }
 
     /// The addresses the agent binds and serves on, and what its servers expose.
-    fn apply_server_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_server_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "bind-address" => self.bind_address = v.to_string(),
             "healthz-bind-address" => self.healthz_bind_address = v.to_string(),
@@ -266,7 +268,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `--kubeconfig` and `--kube-api-*`: the connection to the API server.
-    fn apply_client_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_client_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "kubeconfig" => self.client_connection.kubeconfig = v.to_string(),
             "kube-api-content-type" => self.client_connection.content_type = v.to_string(),
@@ -281,7 +283,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `--conntrack-*`.
-    fn apply_conntrack_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_conntrack_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "conntrack-max-per-core" => self.conntrack.max_per_core = Some(int(v)?),
             "conntrack-min" => self.conntrack.min = Some(int(v)?),
@@ -305,7 +307,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "v" => {
                 self.logging.verbosity = v
@@ -314,15 +316,16 @@ impl KubeProxyConfiguration {
             }
             "logging-format" => {
                 if !matches!(v, "text" | "json") {
-                    return Err(format!("{v:?}: must be text or json"));
+                    return Err(format!("{v:?}: must be text or json").into());
                 }
                 self.logging.format = v.to_string()
             }
             // The flag's entries come after the file's, so that they win (component-base
             // joins them the same way).
             "vmodule" => {
-                for (file_pattern, verbosity) in crate::logging::vmodule::parse(&list().join(","))?
-                {
+                let entries =
+                    crate::logging::vmodule::parse(&list().join(",")).map_err(|e| e.to_string())?;
+                for (file_pattern, verbosity) in entries {
                     self.logging.vmodule.push(VModule {
                         file_pattern,
                         verbosity,

@@ -44,6 +44,7 @@ pub mod interface;
 mod oom;
 mod types;
 mod validate;
+mod warning;
 
 #[cfg(test)]
 mod tests;
@@ -52,7 +53,7 @@ use std::path::Path;
 
 pub use codec::Decoding;
 pub use duration::{GoDuration, TimeOrDuration};
-pub use error::{Error, FieldError, FieldErrors};
+pub use error::{Error, FieldError, FieldErrors, Problem};
 pub use fields::{FIELDS, Field, Support};
 pub use flags::FlagOverrides;
 pub use oom::write_oom_score_adj;
@@ -61,6 +62,7 @@ pub use types::{
     LoggingOptions, NfTables, OutputRouting, VModule, Winkernel,
 };
 pub use validate::{parse_cidr, parse_host_port};
+pub use warning::Warning;
 
 use defaults::append_port;
 
@@ -82,7 +84,7 @@ pub struct Loaded {
     pub config: KubeProxyConfiguration,
     /// Warnings to log once at start (unknown fields, ignored fields, flags overriding the
     /// file).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 /// Reads `file` (when given), applies the defaults and the explicit `flags`, validates and
@@ -104,10 +106,7 @@ pub fn load(
         None => (KubeProxyConfiguration::empty(), Vec::new()),
     };
     if config.mode.is_empty() && file.is_some() && flags.get("proxy-mode").is_none() {
-        warnings.push(
-            "mode: empty (kube-proxy would run iptables mode); kube-proxy-ipvs runs ipvs mode"
-                .to_string(),
-        );
+        warnings.push(Warning::EmptyMode);
     }
     config.apply_defaults();
     warnings.extend(config.apply_flags(flags, file.is_some())?);

@@ -5,21 +5,29 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::interface;
-use super::{API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration};
+use super::{API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration, Problem};
 use crate::model::snapshot::cluster::Family;
+
+/// The field errors found so far.
+struct Errs(Vec<FieldError>);
+
+impl Errs {
+    fn add(&mut self, field: &str, message: impl Into<Problem>) {
+        self.0.push(FieldError::new(field, message));
+    }
+}
 
 impl KubeProxyConfiguration {
     /// kube-proxy's validation (`pkg/proxy/apis/config/validation`), for a defaulted
     /// configuration. Every error is reported, each naming its field.
     pub fn validate(&self) -> Result<(), Error> {
-        let mut errs = Vec::new();
-        let mut push = |field: &str, message: String| errs.push(FieldError::new(field, message));
+        let mut push = Errs(Vec::new());
 
         if self.api_version != API_VERSION {
-            push("apiVersion", format!("must be {API_VERSION}"));
+            push.add("apiVersion", format!("must be {API_VERSION}"));
         }
         if self.kind != KIND {
-            push("kind", format!("must be {KIND}"));
+            push.add("kind", format!("must be {KIND}"));
         }
         self.check_modes(&mut push);
         self.check_conntrack(&mut push);
@@ -27,21 +35,21 @@ impl KubeProxyConfiguration {
         self.check_addresses(&mut push);
         self.check_node_and_detection(&mut push);
         self.check_logging(&mut push);
-        if errs.is_empty() {
+        if push.0.is_empty() {
             Ok(())
         } else {
-            Err(Error::invalid(errs))
+            Err(Error::invalid(push.0))
         }
     }
 
     /// The per-mode sections: `iptables` in every mode, as kube-proxy does, `ipvs` and
     /// `nftables` in theirs.
-    fn check_modes(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_modes(&self, push: &mut Errs) {
         // IPTables is validated in every mode, as kube-proxy does.
         if let Some(bit) = self.iptables.masquerade_bit
             && !(0..=31).contains(&bit)
         {
-            push(
+            push.add(
                 "iptables.masqueradeBit",
                 format!("{bit}: must be within the range [0, 31]"),
             );
@@ -68,12 +76,12 @@ impl KubeProxyConfiguration {
             }
             for (i, c) in self.ipvs.exclude_cidrs.iter().enumerate() {
                 if let Err(m) = parse_cidr(c) {
-                    push(&format!("ipvs.excludeCIDRs[{i}]"), m);
+                    push.add(&format!("ipvs.excludeCIDRs[{i}]"), m);
                 }
             }
             for (i, s) in self.ipvs.allowed_schedulers.iter().enumerate() {
                 if !crate::model::desired::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
-                    push(
+                    push.add(
                         &format!("ipvs.allowedSchedulers[{i}]"),
                         format!(
                             "{s:?}: only the schedulers IPVS would load under its lock need allowing ({})",
@@ -84,7 +92,7 @@ impl KubeProxyConfiguration {
             }
             let s = &self.ipvs.scheduler;
             if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                push(
+                push.add(
                     "ipvs.scheduler",
                     format!("{s:?} is not an IPVS scheduler name"),
                 );
@@ -94,7 +102,7 @@ impl KubeProxyConfiguration {
             if let Some(bit) = self.nftables.masquerade_bit
                 && !(0..=31).contains(&bit)
             {
-                push(
+                push.add(
                     "nftables.masqueradeBit",
                     format!("{bit}: must be within the range [0, 31]"),
                 );
@@ -109,7 +117,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `conntrack`: counts and timeouts not negative.
-    fn check_conntrack(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_conntrack(&self, push: &mut Errs) {
         let ct = &self.conntrack;
         for (name, v) in [
             ("conntrack.maxPerCore", ct.max_per_core),
@@ -118,7 +126,7 @@ impl KubeProxyConfiguration {
             if let Some(v) = v
                 && v < 0
             {
-                push(name, format!("{v}: must be greater than or equal to 0"));
+                push.add(name, format!("{v}: must be greater than or equal to 0"));
             }
         }
         for (name, d) in [
@@ -138,9 +146,9 @@ impl KubeProxyConfiguration {
     }
 
     /// The mode's name, the client's burst, `oomScoreAdj` and `configSyncPeriod`.
-    fn check_process(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_process(&self, push: &mut Errs) {
         if !matches!(self.mode.as_str(), "" | "iptables" | "ipvs" | "nftables") {
-            push(
+            push.add(
                 "mode",
                 format!(
                     "{:?}: must be iptables, ipvs, nftables or blank (blank means the best-available proxy)",
@@ -149,7 +157,7 @@ impl KubeProxyConfiguration {
             );
         }
         if self.client_connection.burst < 0 {
-            push(
+            push.add(
                 "clientConnection.burst",
                 format!(
                     "{}: must be greater than or equal to 0",
@@ -160,13 +168,13 @@ impl KubeProxyConfiguration {
         if let Some(v) = self.oom_score_adj
             && !(-1000..=1000).contains(&v)
         {
-            push(
+            push.add(
                 "oomScoreAdj",
                 format!("{v}: must be within the range [-1000, 1000]"),
             );
         }
         if self.config_sync_period.as_nanos() <= 0 {
-            push(
+            push.add(
                 "configSyncPeriod",
                 format!("{}: must be greater than 0", self.config_sync_period),
             );
@@ -174,9 +182,9 @@ impl KubeProxyConfiguration {
     }
 
     /// Bind addresses, `clusterCIDR`, `portRange` and `nodePortAddresses`.
-    fn check_addresses(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_addresses(&self, push: &mut Errs) {
         if self.bind_address.parse::<IpAddr>().is_err() {
-            push(
+            push.add(
                 "bindAddress",
                 format!("{:?}: must be a valid IP address", self.bind_address),
             );
@@ -184,30 +192,30 @@ impl KubeProxyConfiguration {
         if !self.healthz_bind_address.is_empty()
             && let Err(m) = parse_host_port(&self.healthz_bind_address)
         {
-            push("healthzBindAddress", m);
+            push.add("healthzBindAddress", m);
         }
         if !self.metrics_bind_address.is_empty()
             && let Err(m) = parse_host_port(&self.metrics_bind_address)
         {
-            push("metricsBindAddress", m);
+            push.add("metricsBindAddress", m);
         }
         if let Err(m) = self.cluster_cidrs() {
-            push("clusterCIDR", m);
+            push.add("clusterCIDR", m);
         }
         if let Err(m) = parse_port_range(&self.port_range) {
-            push("portRange", m);
+            push.add("portRange", m);
         }
         let npa = &self.node_port_addresses;
         for (i, a) in npa.iter().enumerate() {
             match a.as_str() {
-                "primary" if npa.len() > 1 => push(
+                "primary" if npa.len() > 1 => push.add(
                     &format!("nodePortAddresses[{i}]"),
-                    "\"primary\" cannot be combined with CIDRs".into(),
+                    "\"primary\" cannot be combined with CIDRs",
                 ),
                 "primary" | "all" | "localhost" => {}
                 cidr => {
                     if let Err(m) = parse_cidr(cidr) {
-                        push(
+                        push.add(
                             &format!("nodePortAddresses[{i}]"),
                             format!("{m} (nor primary, all or localhost)"),
                         );
@@ -219,14 +227,14 @@ impl KubeProxyConfiguration {
 
     /// `showHiddenMetricsForVersion`, local traffic detection with its interface names, and
     /// `hostnameOverride`.
-    fn check_node_and_detection(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_node_and_detection(&self, push: &mut Errs) {
         let v = &self.show_hidden_metrics_for_version;
         if !v.is_empty() {
             let ok = v
                 .split_once('.')
                 .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
             if !ok {
-                push(
+                push.add(
                     "showHiddenMetricsForVersion",
                     format!("{v:?}: must be <major>.<minor>, e.g. 1.33"),
                 );
@@ -236,21 +244,21 @@ impl KubeProxyConfiguration {
             "" | "ClusterCIDR" | "NodeCIDR" => {}
             "BridgeInterface" => {
                 if self.detect_local.bridge_interface.is_empty() {
-                    push(
+                    push.add(
                         "detectLocal.bridgeInterface",
-                        "must not be empty when detectLocalMode is BridgeInterface".into(),
+                        "must not be empty when detectLocalMode is BridgeInterface",
                     );
                 }
             }
             "InterfaceNamePrefix" => {
                 if self.detect_local.interface_name_prefix.is_empty() {
-                    push(
+                    push.add(
                         "detectLocal.interfaceNamePrefix",
-                        "must not be empty when detectLocalMode is InterfaceNamePrefix".into(),
+                        "must not be empty when detectLocalMode is InterfaceNamePrefix",
                     );
                 }
             }
-            other => push(
+            other => push.add(
                 "detectLocalMode",
                 format!(
                     "{other:?}: supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\""
@@ -274,31 +282,31 @@ impl KubeProxyConfiguration {
             if !name.is_empty()
                 && let Err(m) = interface::check(name, usage)
             {
-                push(field, m);
+                push.add(field, m);
             }
         }
         if !self.hostname_override.is_empty() && self.hostname_override.trim().is_empty() {
-            push("hostnameOverride", "must not be only white space".into());
+            push.add("hostnameOverride", "must not be only white space");
         }
     }
 
     /// `logging`.
-    fn check_logging(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_logging(&self, push: &mut Errs) {
         if !matches!(self.logging.format.as_str(), "" | "text" | "json") {
-            push(
+            push.add(
                 "logging.format",
                 format!("{:?}: must be text or json", self.logging.format),
             );
         }
         if self.logging.flush_frequency.0.is_negative() {
-            push(
+            push.add(
                 "logging.flushFrequency",
-                "must be greater than or equal to 0".into(),
+                "must be greater than or equal to 0",
             );
         }
         for (i, m) in self.logging.vmodule.iter().enumerate() {
             if m.file_pattern.is_empty() || m.file_pattern.contains([',', '=']) {
-                push(
+                push.add(
                     &format!("logging.vmodule[{i}].filePattern"),
                     format!(
                         "{:?}: must be a non-empty pattern without , or =",
@@ -334,34 +342,29 @@ impl KubeProxyConfiguration {
     }
 }
 
-fn check_periods(
-    section: &str,
-    sync: GoDuration,
-    min: GoDuration,
-    push: &mut impl FnMut(&str, String),
-) {
+fn check_periods(section: &str, sync: GoDuration, min: GoDuration, push: &mut Errs) {
     if sync.as_nanos() <= 0 {
-        push(
+        push.add(
             &format!("{section}.syncPeriod"),
             format!("{sync}: must be greater than 0"),
         );
     }
     if min.is_negative() {
-        push(
+        push.add(
             &format!("{section}.minSyncPeriod"),
             format!("{min}: must be greater than or equal to 0"),
         );
     } else if min > sync {
-        push(
+        push.add(
             &format!("{section}.minSyncPeriod"),
             format!("{min}: must be less than or equal to {section}.syncPeriod ({sync})"),
         );
     }
 }
 
-fn non_negative(name: &str, d: GoDuration, push: &mut impl FnMut(&str, String)) {
+fn non_negative(name: &str, d: GoDuration, push: &mut Errs) {
     if d.is_negative() {
-        push(name, format!("{d}: must be greater than or equal to 0"));
+        push.add(name, format!("{d}: must be greater than or equal to 0"));
     }
 }
 

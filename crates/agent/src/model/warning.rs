@@ -44,3 +44,17 @@ pub enum Warning {
     #[error("Service {service}: {0}", service = .0.service)]
     SchedulerRefused(Refusal),
 }
+
+impl Warning {
+    /// The variant's name in kebab-case (`set-kind`), for a refused scheduler the refusal's
+    /// reason (`not-a-scheduler`, `loads-under-lock`): a stable machine key for the log
+    /// (`warning=`), unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Contested { .. } => "contested",
+            Warning::SetKind { .. } => "set-kind",
+            Warning::Diverged => "diverged",
+            Warning::SchedulerRefused(r) => r.why.kind(),
+        }
+    }
+}

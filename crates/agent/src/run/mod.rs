@@ -106,7 +106,7 @@ async fn once(syncer: &mut Syncer<Kernel>, snapshots: &mut Snapshots) -> anyhow:
     let first = first_snapshot(snapshots).await?;
     let report = syncer.sync(&first, true).await?;
     for w in &report.warnings {
-        warn!("{w}");
+        warn!(warning = w.kind(), "{w}");
     }
     for (op, e) in report.applied.failures(&report.plan) {
         warn!(op = %op, error = %e, "operation failed");

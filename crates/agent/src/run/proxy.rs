@@ -21,7 +21,7 @@ use crate::model::desired::HealthCheckAddresses;
 use crate::model::snapshot::cluster::Cluster;
 use crate::model::snapshot::config::ProxyConfig;
 use crate::source::api;
-use crate::sync::{self, Periods, Report, Syncer};
+use crate::sync::{self, Blocked, Periods, Report, Syncer};
 
 /// Runs the proxy until SIGTERM or Ctrl-C, its tasks on `tasks` (which the caller ends).
 pub async fn proxy(
@@ -126,8 +126,9 @@ impl Recorder<'_> {
 
     /// The kernel cannot be programmed at all (`Some`), or can again. The reason is logged by
     /// the loop; the public port only says 503.
-    fn blocked(&self, blocked: Option<&str>) {
-        self.health.set_blocked(blocked);
+    fn blocked(&self, blocked: Option<&Blocked>) {
+        self.health
+            .set_blocked(blocked.map(ToString::to_string).as_deref());
         self.metrics.set_blocked(blocked.is_some());
     }
 }

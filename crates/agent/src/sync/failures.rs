@@ -148,11 +148,65 @@ fn explain(op: &Op, error: &Error) -> String {
     }
 }
 
+/// Why nothing at all can be programmed; the text is the `reason` logged and shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Blocked {
+    /// The rules could not be written.
+    #[error("{op}: {why}")]
+    Rules {
+        /// The operation.
+        op: String,
+        /// The kernel's or the tool's answer, explained.
+        why: String,
+    },
+    /// Every desired virtual server failed to be made.
+    #[error("no virtual server could be made ({failed} of {desired} failed), e.g. {op}: {why}")]
+    NoVirtualServer {
+        /// How many creations failed.
+        failed: usize,
+        /// How many virtual servers are desired.
+        desired: usize,
+        /// The first failed operation.
+        op: String,
+        /// The kernel's answer to it, explained.
+        why: String,
+    },
+    /// The sync itself failed: the kernel could not be read.
+    #[error(transparent)]
+    Sync(SyncError),
+}
+
+impl Blocked {
+    /// The variant's name in kebab-case, a stable machine key for the log (`blocked=`),
+    /// unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Blocked::Rules { .. } => "rules",
+            Blocked::NoVirtualServer { .. } => "no-virtual-server",
+            Blocked::Sync(_) => "sync",
+        }
+    }
+}
+
+/// The error that stopped a whole sync, shared; two are the same block when they read the
+/// same (the loop logs a block once, until it changes).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct SyncError(pub std::sync::Arc<Error>);
+
+impl PartialEq for SyncError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for SyncError {}
+
 /// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
 /// `None` when it could program something: every desired virtual server is missing and its
 /// creation failed, or the rules could not be written (for another reason than the xtables
 /// lock held elsewhere). `desired` is the number of virtual servers the desired state holds.
-pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
+pub fn cannot_program(report: &Report, desired: usize) -> Option<Blocked> {
     if report.applied.failed.is_empty() {
         return None;
     }
@@ -163,7 +217,10 @@ pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
     if let Some((op, e)) = failed.iter().find(|(op, e)| {
         matches!(op, Op::WriteRules { .. }) && !matches!(e, Error::XtablesLocked { .. })
     }) {
-        return Some(format!("{op}: {}", explain(op, e)));
+        return Some(Blocked::Rules {
+            op: op.to_string(),
+            why: explain(op, e),
+        });
     }
     if !report.full || desired == 0 {
         return None;
@@ -175,11 +232,12 @@ pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
         .collect();
     if failed_adds.len() >= desired {
         let (op, e) = failed_adds[0];
-        return Some(format!(
-            "no virtual server could be made ({} of {desired} failed), e.g. {op}: {}",
-            failed_adds.len(),
-            explain(op, e)
-        ));
+        return Some(Blocked::NoVirtualServer {
+            failed: failed_adds.len(),
+            desired,
+            op: op.to_string(),
+            why: explain(op, e),
+        });
     }
     None
 }
@@ -236,12 +294,18 @@ mod tests {
                 .into(),
         });
         assert_eq!(cannot_program(&locked, 1), None);
-        let refused = report(Error::Tool {
+        let tool = Error::Tool {
             program: "iptables-legacy-restore".into(),
             message: "line 3 failed".into(),
-        });
-        let why = cannot_program(&refused, 1).expect("blocked");
-        assert!(why.contains("line 3 failed"), "{why}");
+        };
+        let why = tool.to_string();
+        let refused = report(tool);
+        let op = refused.plan.ops[0].to_string();
+        assert_eq!(
+            cannot_program(&refused, 1),
+            Some(Blocked::Rules { op, why }),
+            "the tool's own answer"
+        );
     }
 
     #[test]

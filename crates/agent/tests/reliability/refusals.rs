@@ -258,7 +258,7 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
     assert!(agent.alive(), "the agent must stay up:\n{}", agent.log());
     assert!(!has_vs("10.96.0.10:80"));
     assert_eq!(
-        agent.lines_with(&["cannot program the kernel at all", SCHEDULER]),
+        agent.lines_with(&[" blocked=\"no-virtual-server\"", SCHEDULER]),
         1,
         "logged once, with the reason:\n{}",
         agent.log()
@@ -475,8 +475,10 @@ fn a_services_lblc_annotation_is_refused_unless_the_operator_allows_it() {
         "not served with the node's scheduler:\n{saved}"
     );
     assert!(
-        log.contains(r#"Service t/web: scheduler \"lblc\""#)
-            && log.contains("--ipvs-allowed-schedulers"),
+        log.lines()
+            .any(|l| l.contains(" warning=\"loads-under-lock\"")
+                && l.contains("Service t/web:")
+                && l.contains(r#"\"lblc\""#)),
         "the refusal is not logged with its remedy:\n{log}"
     );
     assert!(
@@ -569,7 +571,7 @@ fn services_annotated_with_names_that_are_no_scheduler_get_the_nodes_and_load_no
     }
     let refused = log
         .lines()
-        .filter(|l| l.contains("is not an IPVS scheduler"))
+        .filter(|l| l.contains(" warning=\"not-a-scheduler\""))
         .count();
     assert_eq!(refused, 2, "the refusals are not logged once each:\n{log}");
     let loaded: Vec<&str> = modules

@@ -42,6 +42,16 @@ pub enum Why {
     LoadsUnderLock,
 }
 
+impl Why {
+    /// The variant's name in kebab-case: a stable machine key for the log, unlike the text.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Why::NotAScheduler => "not-a-scheduler",
+            Why::LoadsUnderLock => "loads-under-lock",
+        }
+    }
+}
+
 /// A Service's own scheduler refused, and the one it gets instead.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Refusal {
@@ -136,12 +146,6 @@ mod tests {
             assert_eq!(refusal.asked, asked);
             assert_eq!(refusal.why, Why::LoadsUnderLock);
             assert_eq!(refusal.instead, "wrr");
-            let text = refusal.to_string();
-            assert!(
-                text.contains(&format!("ip_vs_{asked} is not loaded")),
-                "{text}"
-            );
-            assert!(text.contains("--ipvs-allowed-schedulers"), "{text}");
         }
     }
 

@@ -592,7 +592,7 @@ impl<K: Watched> Store<K> {
         let (model, rejected) = obj.convert();
         if let Some(e) = rejected {
             self.rejected += 1;
-            warn!(version = %version, reason = %e.reason, "{}: left out", e.object);
+            warn!(version = %version, reason = %e.reason, rejection = e.reason.kind(), "{}: left out", e.object);
         } else if model.is_none() {
             debug!(kind = K::KIND, namespace = %key.0, name = %key.1, "not proxied");
         }

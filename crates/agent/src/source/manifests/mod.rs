@@ -57,7 +57,79 @@ pub struct Loaded {
     pub cluster: Cluster,
     /// Each object or document left out: where it was (file, line, kind and name when
     /// known) and why.
-    pub rejected: Vec<(String, String)>,
+    pub rejected: Vec<(String, Rejection)>,
+}
+
+/// Why an object or document is left out; the text is the warning's `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// A file that cannot be read.
+    #[error("cannot read: {0}")]
+    Read(String),
+    /// A JSON file that does not parse.
+    #[error("invalid JSON: {0}")]
+    Json(String),
+    /// A YAML document that does not parse.
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
+    /// A document that is not a mapping.
+    #[error("not an object (expected apiVersion, kind, metadata...)")]
+    NotAnObject,
+    /// An object without `apiVersion` or `kind`.
+    #[error("apiVersion and kind are required")]
+    NoTypeMeta,
+    /// A `...List` whose `items` is not a list.
+    #[error("{kind}: items is not a list")]
+    ItemsNotAList {
+        /// The list's kind.
+        kind: String,
+    },
+    /// A second object of the same kind and name: the first is kept.
+    #[error("duplicate of the {kind} at {first}, which is kept")]
+    Duplicate {
+        /// `Service`, `EndpointSlice` or `Node`.
+        kind: &'static str,
+        /// Where the kept one was read.
+        first: String,
+    },
+    /// An object that does not decode as its kind.
+    #[error("invalid {kind}: {message}")]
+    Decode {
+        /// Its kind.
+        kind: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// An object the model cannot take.
+    #[error(transparent)]
+    Invalid(convert::Reason),
+}
+
+impl Rejection {
+    /// The variant's name in kebab-case (`not-an-object`), or the model's reason's
+    /// ([`convert::Reason::kind`]): a stable machine key for the log (`rejection=`) and for
+    /// tests, unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Rejection::Read(_) => "read",
+            Rejection::Json(_) => "json",
+            Rejection::Yaml(_) => "yaml",
+            Rejection::NotAnObject => "not-an-object",
+            Rejection::NoTypeMeta => "no-type-meta",
+            Rejection::ItemsNotAList { .. } => "items-not-a-list",
+            Rejection::Duplicate { .. } => "duplicate",
+            Rejection::Decode { .. } => "decode",
+            Rejection::Invalid(reason) => reason.kind(),
+        }
+    }
+
+    /// The path of the field at fault, when the model named one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Rejection::Invalid(reason) => Some(reason.field()),
+            _ => None,
+        }
+    }
 }
 
 /// Reads every manifest at `path` (a file or a directory); `node_name` picks the Node that
@@ -76,7 +148,7 @@ pub fn load(path: &Path, node_name: &str) -> Result<Loaded> {
         let name = file.display().to_string();
         match std::fs::read_to_string(&file) {
             Ok(text) => loader.file(&name, &text, is_json(&file)),
-            Err(e) => loader.reject(name, format!("cannot read: {e}")),
+            Err(e) => loader.reject(name, Rejection::Read(e.to_string())),
         }
     }
     Ok(loader.finish())
@@ -203,7 +275,7 @@ impl fmt::Display for Origin {
 struct Loader<'a> {
     node_name: &'a str,
     cluster: Cluster,
-    rejected: Vec<(String, String)>,
+    rejected: Vec<(String, Rejection)>,
     /// Where each kept object was read, to name it when a duplicate turns up.
     services_at: BTreeMap<ServiceRef, String>,
     slices_at: BTreeMap<SliceRef, String>,
@@ -229,8 +301,8 @@ impl<'a> Loader<'a> {
         }
     }
 
-    fn reject(&mut self, object: String, reason: String) {
-        tracing::warn!(%object, %reason, "manifest rejected");
+    fn reject(&mut self, object: String, reason: Rejection) {
+        tracing::warn!(%object, %reason, rejection = reason.kind(), "manifest rejected");
         self.rejected.push((object, reason));
     }
 
@@ -243,7 +315,7 @@ impl<'a> Loader<'a> {
             };
             match serde_json::from_str::<Value>(text) {
                 Ok(value) => self.value(&origin, value, None),
-                Err(e) => self.reject(origin.to_string(), format!("invalid JSON: {e}")),
+                Err(e) => self.reject(origin.to_string(), Rejection::Json(e.to_string())),
             }
             return;
         }
@@ -256,7 +328,7 @@ impl<'a> Loader<'a> {
             match serde_saphyr::from_str::<Value>(doc) {
                 Ok(Value::Null) => {}
                 Ok(value) => self.value(&origin, value, None),
-                Err(e) => self.reject(origin.to_string(), format!("invalid YAML: {e}")),
+                Err(e) => self.reject(origin.to_string(), Rejection::Yaml(e.to_string())),
             }
         }
     }
@@ -265,10 +337,7 @@ impl<'a> Loader<'a> {
     /// API leaves out of each item.
     fn value(&mut self, origin: &Origin, mut value: Value, implied: Option<(&str, &str)>) {
         let Value::Object(map) = &mut value else {
-            self.reject(
-                origin.to_string(),
-                "not an object (expected apiVersion, kind, metadata...)".into(),
-            );
+            self.reject(origin.to_string(), Rejection::NotAnObject);
             return;
         };
         if let Some((api_version, kind)) = implied {
@@ -280,7 +349,7 @@ impl<'a> Loader<'a> {
         let kind = map.get("kind").and_then(Value::as_str);
         let (Some(api_version), Some(kind)) = (api_version, kind) else {
             let object = describe(origin, kind.unwrap_or("object"), map);
-            self.reject(object, "apiVersion and kind are required".into());
+            self.reject(object, Rejection::NoTypeMeta);
             return;
         };
         let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
@@ -301,7 +370,8 @@ impl<'a> Loader<'a> {
             Some(Value::Array(items)) => items,
             Some(Value::Null) | None => Vec::new(),
             Some(_) => {
-                self.reject(origin.to_string(), format!("{kind}: items is not a list"));
+                let kind = kind.to_string();
+                self.reject(origin.to_string(), Rejection::ItemsNotAList { kind });
                 return;
             }
         };
@@ -327,15 +397,16 @@ impl<'a> Loader<'a> {
         match convert::service(&svc) {
             Ok(Some(svc)) => {
                 if let Some(first) = self.services_at.get(&svc.id) {
-                    let reason = format!("duplicate of the Service at {first}, which is kept");
-                    self.reject(object, reason);
+                    let first = first.clone();
+                    let kind = "Service";
+                    self.reject(object, Rejection::Duplicate { kind, first });
                     return;
                 }
                 self.services_at.insert(svc.id.clone(), origin.to_string());
                 self.cluster.services.insert(svc.id.clone(), Arc::new(svc));
             }
             Ok(None) => tracing::debug!(%object, "Service not for kube-proxy, skipped"),
-            Err(e) => self.reject(object, e.reason.to_string()),
+            Err(e) => self.reject(object, Rejection::Invalid(*e.reason)),
         }
     }
 
@@ -348,16 +419,16 @@ impl<'a> Loader<'a> {
             Ok(Some(slice)) => {
                 let key = slice.id();
                 if let Some(first) = self.slices_at.get(&key) {
-                    let reason =
-                        format!("duplicate of the EndpointSlice at {first}, which is kept");
-                    self.reject(object, reason);
+                    let first = first.clone();
+                    let kind = "EndpointSlice";
+                    self.reject(object, Rejection::Duplicate { kind, first });
                     return;
                 }
                 self.slices_at.insert(key.clone(), origin.to_string());
                 self.cluster.slices.insert(key, Arc::new(slice));
             }
             Ok(None) => tracing::debug!(%object, "EndpointSlice not for kube-proxy, skipped"),
-            Err(e) => self.reject(object, e.reason.to_string()),
+            Err(e) => self.reject(object, Rejection::Invalid(*e.reason)),
         }
     }
 
@@ -370,15 +441,16 @@ impl<'a> Loader<'a> {
         match convert::node(&node) {
             Ok(node) if node.name == self.node_name => {
                 if let Some(first) = &self.node_at {
-                    let reason = format!("duplicate of the Node at {first}, which is kept");
-                    self.reject(object, reason);
+                    let first = first.clone();
+                    let kind = "Node";
+                    self.reject(object, Rejection::Duplicate { kind, first });
                     return;
                 }
                 self.node_at = Some(origin.to_string());
                 self.cluster.node = Some(node);
             }
             Ok(other) => tracing::debug!(node = %other.name, "Node of another name ignored"),
-            Err(e) => self.reject(object, e.reason.to_string()),
+            Err(e) => self.reject(object, Rejection::Invalid(*e.reason)),
         }
     }
 
@@ -396,7 +468,8 @@ impl<'a> Loader<'a> {
         match serde_json::from_value(value) {
             Ok(parsed) => Some((object, parsed)),
             Err(e) => {
-                self.reject(object, format!("invalid {kind}: {e}"));
+                let (kind, message) = (kind.to_string(), e.to_string());
+                self.reject(object, Rejection::Decode { kind, message });
                 None
             }
         }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::super::Blocked;
 use super::super::{Periods, Syncer, run};
+use crate::dataplane::Error;
 use crate::dataplane::memory::Memory;
 use crate::model::fixtures::{cluster, config, eps, svc};
 use crate::model::snapshot::cluster::Protocol;
@@ -18,7 +20,7 @@ async fn run_for(
     secs: u64,
     refuse: &[&str],
     unavailable: bool,
-) -> (usize, Vec<Option<String>>, Memory) {
+) -> (usize, Vec<Option<Blocked>>, Memory) {
     let c = cluster(
         vec![
             svc("web").cluster_ip("10.96.0.10").tcp(80),
@@ -48,7 +50,7 @@ async fn run_for(
         periods,
         tokio::time::sleep(Duration::from_secs(secs)),
         |_| syncs += 1,
-        |b| blocked.push(b.map(str::to_string)),
+        |b| blocked.push(b.cloned()),
     )
     .await;
     (blocked.len(), blocked, syncer.dataplane().clone())
@@ -103,8 +105,15 @@ async fn a_kernel_that_refuses_every_service_blocks_the_agent() {
     let (_, blocked, kernel) = run_for(10, &["add service"], false).await;
     let last = blocked.last().cloned().flatten().expect("blocked");
     assert!(
-        last.contains("no virtual server could be made (2 of 2 failed)"),
-        "{last}"
+        matches!(
+            last,
+            Blocked::NoVirtualServer {
+                failed: 2,
+                desired: 2,
+                ..
+            }
+        ),
+        "{last:?}"
     );
     assert!(kernel.state.services.is_empty());
     assert!(kernel.state.link, "what can be made is made");
@@ -116,8 +125,13 @@ async fn an_unreadable_kernel_blocks_the_agent_and_is_retried_with_backoff() {
     assert_eq!(passes, 5, "t = 0, 1, 3, 7, 15");
     assert_eq!(kernel.observed, 5);
     assert!(
-        blocked.iter().all(|b| b.as_deref().is_some_and(
-            |b| b.starts_with("list IPVS services: the IPVS generic netlink family is missing")
+        blocked.iter().all(|b| matches!(
+            b,
+            Some(Blocked::Sync(e)) if matches!(
+                &*e.0,
+                Error::Request { what, source } if what == "list IPVS services"
+                    && matches!(source.ipvs(), Some(ipvs_netlink::Error::FamilyMissing(_)))
+            )
         )),
         "{blocked:?}"
     );
