@@ -318,11 +318,13 @@ impl Flag {
 
 /// pflag's bool values (`--cleanup=false`), for the bool fields of [`Args`].
 fn go_bool(v: &str) -> Result<bool, String> {
-    config_file::flags::go_bool(v)
+    config_file::flags::go_bool(v).map_err(|e| e.to_string())
 }
 
 fn check_bool(v: &str) -> Result<String, String> {
-    config_file::flags::go_bool(v).map(|_| v.to_string())
+    config_file::flags::go_bool(v)
+        .map(|_| v.to_string())
+        .map_err(|e| e.to_string())
 }
 
 fn check_duration(v: &str) -> Result<String, String> {
@@ -330,7 +332,7 @@ fn check_duration(v: &str) -> Result<String, String> {
 }
 
 fn check_quantity(v: &str) -> Result<String, String> {
-    config_file::flags::quantity(v)
+    config_file::flags::quantity(v).map_err(|e| e.to_string())
 }
 
 /// The whole command line: [`Args`] and [`TABLE`]. Values that take exactly one argument

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_saphyr::DuplicateKeyPolicy;
 
-use super::{API_VERSION, Error, FieldError, KIND, KubeProxyConfiguration, Warning};
+use super::{API_VERSION, Error, FieldError, KIND, KubeProxyConfiguration, Problem, Warning};
 
 /// How unknown fields and repeated keys are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,16 +136,19 @@ impl KubeProxyConfiguration {
         if config.api_version != API_VERSION {
             errors.push(FieldError::new(
                 "apiVersion",
-                format!(
-                    "{:?} is not supported: must be {API_VERSION}",
-                    config.api_version
-                ),
+                Problem::Unsupported {
+                    value: config.api_version.clone(),
+                    expected: API_VERSION,
+                },
             ));
         }
         if config.kind != KIND {
             errors.push(FieldError::new(
                 "kind",
-                format!("{:?} is not supported: must be {KIND}", config.kind),
+                Problem::Unsupported {
+                    value: config.kind.clone(),
+                    expected: KIND,
+                },
             ));
         }
         if !errors.is_empty() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::validate::{parse_cidr, parse_host_port};
-use super::{Error, FieldError, GoDuration, KubeProxyConfiguration};
+use super::{Error, FieldError, GoDuration, KubeProxyConfiguration, Problem};
 use crate::model::snapshot::cluster::Family;
 use crate::model::snapshot::config::{LocalDetector, ProxyConfig, VipBinding};
 
@@ -176,7 +176,11 @@ impl KubeProxyConfiguration {
             .unwrap_or_else(|| {
                 errs.push(FieldError::new(
                     "iptables.masqueradeBit",
-                    "must be within the range [0, 31]",
+                    Problem::OutOfRange {
+                        got: None,
+                        min: 0,
+                        max: 31,
+                    },
                 ));
                 14
             })
@@ -188,7 +192,7 @@ impl KubeProxyConfiguration {
             None => Ok(crate::model::snapshot::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT),
             Some(d) if d.is_negative() => Err(Error::invalid(vec![FieldError::new(
                 "ipvs.gracefulTerminationTimeout",
-                format!("{d} must not be negative"),
+                Problem::NegativeTimeout { got: d },
             )])),
             Some(d) => Ok(d.to_std()),
         }
@@ -201,7 +205,7 @@ impl KubeProxyConfiguration {
             Some(v) => v
                 .parse()
                 .map_err(|e: crate::model::snapshot::config::BadVipBinding| {
-                    Error::invalid(vec![FieldError::new("ipvs.vipBinding", e.to_string())])
+                    Error::invalid(vec![FieldError::new("ipvs.vipBinding", e)])
                 }),
         }
     }

@@ -17,8 +17,8 @@ use clap::parser::ValueSource;
 
 use super::gates::GateError;
 use super::{
-    Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, Problem, TimeOrDuration,
-    VModule, Warning, append_port,
+    Error, Expected, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, Problem,
+    TimeOrDuration, VModule, Warning, append_port,
 };
 
 /// The kube-proxy flags given explicitly, by long name (`ipvs-sync-period`), each with its
@@ -176,7 +176,7 @@ impl KubeProxyConfiguration {
             "hostname-override" => {
                 let name = v.trim();
                 if name.is_empty() {
-                    return Err("empty hostname-override is invalid".into());
+                    return Err(Problem::EmptyHostnameOverride);
                 }
                 self.hostname_override = name.to_lowercase();
             }
@@ -222,9 +222,7 @@ impl KubeProxyConfiguration {
                 self.ipvs.graceful_termination_timeout = Some(dur(v)?)
             }
             "vip-binding" => {
-                let mode: crate::model::snapshot::config::VipBinding = v
-                    .parse()
-                    .map_err(|e: crate::model::snapshot::config::BadVipBinding| e.to_string())?;
+                let mode: crate::model::snapshot::config::VipBinding = v.parse()?;
                 self.ipvs.vip_binding = Some(mode.to_string());
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
@@ -273,8 +271,7 @@ impl KubeProxyConfiguration {
             "kubeconfig" => self.client_connection.kubeconfig = v.to_string(),
             "kube-api-content-type" => self.client_connection.content_type = v.to_string(),
             "kube-api-qps" => {
-                self.client_connection.qps =
-                    v.parse().map_err(|_| format!("{v:?} is not a number"))?
+                self.client_connection.qps = v.parse().map_err(|_| not_a(v, Expected::Number))?
             }
             "kube-api-burst" => self.client_connection.burst = int(v)?,
             _ => return Ok(false),
@@ -310,21 +307,21 @@ impl KubeProxyConfiguration {
     ) -> Result<bool, Problem> {
         match flag {
             "v" => {
-                self.logging.verbosity = v
-                    .parse()
-                    .map_err(|_| format!("{v:?} is not a verbosity level"))?
+                self.logging.verbosity =
+                    v.parse().map_err(|_| not_a(v, Expected::VerbosityLevel))?
             }
             "logging-format" => {
                 if !matches!(v, "text" | "json") {
-                    return Err(format!("{v:?}: must be text or json").into());
+                    return Err(Problem::UnknownLogFormat {
+                        format: v.to_string(),
+                    });
                 }
                 self.logging.format = v.to_string()
             }
             // The flag's entries come after the file's, so that they win (component-base
             // joins them the same way).
             "vmodule" => {
-                let entries =
-                    crate::logging::vmodule::parse(&list().join(",")).map_err(|e| e.to_string())?;
+                let entries = crate::logging::vmodule::parse(&list().join(","))?;
                 for (file_pattern, verbosity) in entries {
                     self.logging.vmodule.push(VModule {
                         file_pattern,
@@ -348,19 +345,26 @@ impl KubeProxyConfiguration {
 }
 
 /// A Go duration (`30s`, `1m30s`).
-fn dur(v: &str) -> Result<GoDuration, String> {
-    GoDuration::parse(v)
+fn dur(v: &str) -> Result<GoDuration, Problem> {
+    GoDuration::parse(v).map_err(Problem::Duration)
+}
+
+/// `v` is not the `expected` kind of value.
+fn not_a(v: &str, expected: Expected) -> Problem {
+    Problem::NotA {
+        value: v.to_string(),
+        expected,
+    }
 }
 
 /// A 32-bit integer.
-fn int(v: &str) -> Result<i32, String> {
-    v.parse::<i32>()
-        .map_err(|_| format!("{v:?} is not an integer"))
+fn int(v: &str) -> Result<i32, Problem> {
+    v.parse::<i32>().map_err(|_| not_a(v, Expected::Integer))
 }
 
 /// A resource quantity as `resource.ParseQuantity` takes it: a decimal number and an optional
 /// suffix (`512`, `1K`, `2Ki`, `1.5M`, `3e3`).
-pub fn quantity(v: &str) -> Result<String, String> {
+pub fn quantity(v: &str) -> Result<String, Problem> {
     const SUFFIXES: &[&str] = &[
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
     ];
@@ -375,23 +379,23 @@ pub fn quantity(v: &str) -> Result<String, String> {
     if ok {
         Ok(v.to_string())
     } else {
-        Err(format!("{v:?} is not a quantity (512, 1K, 2Ki, 3M, ...)"))
+        Err(not_a(v, Expected::Quantity))
     }
 }
 
 /// Go's `strconv.ParseBool`.
-pub fn go_bool(v: &str) -> Result<bool, String> {
+pub fn go_bool(v: &str) -> Result<bool, Problem> {
     match v {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("{v:?} is not a boolean")),
+        _ => Err(not_a(v, Expected::Boolean)),
     }
 }
 
 /// The deprecated `--healthz-port`/`--metrics-port`: 0 disables the server, another port
 /// replaces the address's port.
-fn set_port(addr: &mut String, v: &str) -> Result<(), String> {
-    let port: u16 = v.parse().map_err(|_| format!("{v:?} is not a port"))?;
+fn set_port(addr: &mut String, v: &str) -> Result<(), Problem> {
+    let port: u16 = v.parse().map_err(|_| not_a(v, Expected::Port))?;
     if port == 0 {
         addr.clear();
         return Ok(());

@@ -53,7 +53,7 @@ use std::path::Path;
 
 pub use codec::Decoding;
 pub use duration::{GoDuration, TimeOrDuration};
-pub use error::{Error, FieldError, FieldErrors, Problem};
+pub use error::{Error, Expected, FieldError, FieldErrors, Number, Problem};
 pub use fields::{FIELDS, Field, Support};
 pub use flags::FlagOverrides;
 pub use oom::write_oom_score_adj;

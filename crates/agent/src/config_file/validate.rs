@@ -5,7 +5,9 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::interface;
-use super::{API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration, Problem};
+use super::{
+    API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration, Number, Problem,
+};
 use crate::model::snapshot::cluster::Family;
 
 /// The field errors found so far.
@@ -24,10 +26,15 @@ impl KubeProxyConfiguration {
         let mut push = Errs(Vec::new());
 
         if self.api_version != API_VERSION {
-            push.add("apiVersion", format!("must be {API_VERSION}"));
+            push.add(
+                "apiVersion",
+                Problem::MustBe {
+                    expected: API_VERSION,
+                },
+            );
         }
         if self.kind != KIND {
-            push.add("kind", format!("must be {KIND}"));
+            push.add("kind", Problem::MustBe { expected: KIND });
         }
         self.check_modes(&mut push);
         self.check_conntrack(&mut push);
@@ -49,10 +56,7 @@ impl KubeProxyConfiguration {
         if let Some(bit) = self.iptables.masquerade_bit
             && !(0..=31).contains(&bit)
         {
-            push.add(
-                "iptables.masqueradeBit",
-                format!("{bit}: must be within the range [0, 31]"),
-            );
+            push.add("iptables.masqueradeBit", bit_out_of_range(bit));
         }
         check_periods(
             "iptables",
@@ -83,10 +87,9 @@ impl KubeProxyConfiguration {
                 if !crate::model::desired::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
                     push.add(
                         &format!("ipvs.allowedSchedulers[{i}]"),
-                        format!(
-                            "{s:?}: only the schedulers IPVS would load under its lock need allowing ({})",
-                            crate::model::desired::scheduler::LOADED_UNDER_LOCK.join(", ")
-                        ),
+                        Problem::NotLoadedUnderLock {
+                            scheduler: s.clone(),
+                        },
                     );
                 }
             }
@@ -94,7 +97,7 @@ impl KubeProxyConfiguration {
             if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
                 push.add(
                     "ipvs.scheduler",
-                    format!("{s:?} is not an IPVS scheduler name"),
+                    Problem::NotASchedulerName { name: s.clone() },
                 );
             }
         }
@@ -102,10 +105,7 @@ impl KubeProxyConfiguration {
             if let Some(bit) = self.nftables.masquerade_bit
                 && !(0..=31).contains(&bit)
             {
-                push.add(
-                    "nftables.masqueradeBit",
-                    format!("{bit}: must be within the range [0, 31]"),
-                );
+                push.add("nftables.masqueradeBit", bit_out_of_range(bit));
             }
             check_periods(
                 "nftables",
@@ -126,7 +126,12 @@ impl KubeProxyConfiguration {
             if let Some(v) = v
                 && v < 0
             {
-                push.add(name, format!("{v}: must be greater than or equal to 0"));
+                push.add(
+                    name,
+                    Problem::Negative {
+                        got: Some(Number::Int(v.into())),
+                    },
+                );
             }
         }
         for (name, d) in [
@@ -150,19 +155,17 @@ impl KubeProxyConfiguration {
         if !matches!(self.mode.as_str(), "" | "iptables" | "ipvs" | "nftables") {
             push.add(
                 "mode",
-                format!(
-                    "{:?}: must be iptables, ipvs, nftables or blank (blank means the best-available proxy)",
-                    self.mode
-                ),
+                Problem::UnknownMode {
+                    mode: self.mode.clone(),
+                },
             );
         }
         if self.client_connection.burst < 0 {
             push.add(
                 "clientConnection.burst",
-                format!(
-                    "{}: must be greater than or equal to 0",
-                    self.client_connection.burst
-                ),
+                Problem::Negative {
+                    got: Some(Number::Int(self.client_connection.burst.into())),
+                },
             );
         }
         if let Some(v) = self.oom_score_adj
@@ -170,13 +173,19 @@ impl KubeProxyConfiguration {
         {
             push.add(
                 "oomScoreAdj",
-                format!("{v}: must be within the range [-1000, 1000]"),
+                Problem::OutOfRange {
+                    got: Some(v.into()),
+                    min: -1000,
+                    max: 1000,
+                },
             );
         }
         if self.config_sync_period.as_nanos() <= 0 {
             push.add(
                 "configSyncPeriod",
-                format!("{}: must be greater than 0", self.config_sync_period),
+                Problem::NotPositive {
+                    got: self.config_sync_period,
+                },
             );
         }
     }
@@ -186,7 +195,9 @@ impl KubeProxyConfiguration {
         if self.bind_address.parse::<IpAddr>().is_err() {
             push.add(
                 "bindAddress",
-                format!("{:?}: must be a valid IP address", self.bind_address),
+                Problem::NotAnIp {
+                    value: self.bind_address.clone(),
+                },
             );
         }
         if !self.healthz_bind_address.is_empty()
@@ -208,16 +219,17 @@ impl KubeProxyConfiguration {
         let npa = &self.node_port_addresses;
         for (i, a) in npa.iter().enumerate() {
             match a.as_str() {
-                "primary" if npa.len() > 1 => push.add(
-                    &format!("nodePortAddresses[{i}]"),
-                    "\"primary\" cannot be combined with CIDRs",
-                ),
+                "primary" if npa.len() > 1 => {
+                    push.add(&format!("nodePortAddresses[{i}]"), Problem::PrimaryNotAlone)
+                }
                 "primary" | "all" | "localhost" => {}
                 cidr => {
-                    if let Err(m) = parse_cidr(cidr) {
+                    if parse_cidr(cidr).is_err() {
                         push.add(
                             &format!("nodePortAddresses[{i}]"),
-                            format!("{m} (nor primary, all or localhost)"),
+                            Problem::NotANodePortAddress {
+                                value: cidr.to_string(),
+                            },
                         );
                     }
                 }
@@ -236,7 +248,7 @@ impl KubeProxyConfiguration {
             if !ok {
                 push.add(
                     "showHiddenMetricsForVersion",
-                    format!("{v:?}: must be <major>.<minor>, e.g. 1.33"),
+                    Problem::NotAVersion { value: v.clone() },
                 );
             }
         }
@@ -246,7 +258,9 @@ impl KubeProxyConfiguration {
                 if self.detect_local.bridge_interface.is_empty() {
                     push.add(
                         "detectLocal.bridgeInterface",
-                        "must not be empty when detectLocalMode is BridgeInterface",
+                        Problem::EmptyForMode {
+                            mode: "BridgeInterface",
+                        },
                     );
                 }
             }
@@ -254,15 +268,17 @@ impl KubeProxyConfiguration {
                 if self.detect_local.interface_name_prefix.is_empty() {
                     push.add(
                         "detectLocal.interfaceNamePrefix",
-                        "must not be empty when detectLocalMode is InterfaceNamePrefix",
+                        Problem::EmptyForMode {
+                            mode: "InterfaceNamePrefix",
+                        },
                     );
                 }
             }
             other => push.add(
                 "detectLocalMode",
-                format!(
-                    "{other:?}: supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\""
-                ),
+                Problem::UnknownDetectLocalMode {
+                    mode: other.to_string(),
+                },
             ),
         }
         // Any name that is set, whatever the mode: it reaches the iptables-restore input as
@@ -286,7 +302,7 @@ impl KubeProxyConfiguration {
             }
         }
         if !self.hostname_override.is_empty() && self.hostname_override.trim().is_empty() {
-            push.add("hostnameOverride", "must not be only white space");
+            push.add("hostnameOverride", Problem::OnlyWhiteSpace);
         }
     }
 
@@ -295,30 +311,28 @@ impl KubeProxyConfiguration {
         if !matches!(self.logging.format.as_str(), "" | "text" | "json") {
             push.add(
                 "logging.format",
-                format!("{:?}: must be text or json", self.logging.format),
+                Problem::UnknownLogFormat {
+                    format: self.logging.format.clone(),
+                },
             );
         }
         if self.logging.flush_frequency.0.is_negative() {
-            push.add(
-                "logging.flushFrequency",
-                "must be greater than or equal to 0",
-            );
+            push.add("logging.flushFrequency", Problem::Negative { got: None });
         }
         for (i, m) in self.logging.vmodule.iter().enumerate() {
             if m.file_pattern.is_empty() || m.file_pattern.contains([',', '=']) {
                 push.add(
                     &format!("logging.vmodule[{i}].filePattern"),
-                    format!(
-                        "{:?}: must be a non-empty pattern without , or =",
-                        m.file_pattern
-                    ),
+                    Problem::BadFilePattern {
+                        pattern: m.file_pattern.clone(),
+                    },
                 );
             }
         }
     }
 
     /// Splits `clusterCIDR`: at most two CIDRs, and two only as a dual-stack pair.
-    pub fn cluster_cidrs(&self) -> Result<Vec<IpNet>, String> {
+    pub fn cluster_cidrs(&self) -> Result<Vec<IpNet>, Problem> {
         if self.cluster_cidr.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -330,14 +344,12 @@ impl KubeProxyConfiguration {
         match cidrs.as_slice() {
             [_] => Ok(cidrs),
             [a, b] if Family::of(&a.addr()) != Family::of(&b.addr()) => Ok(cidrs),
-            [_, _] => Err(format!(
-                "{:?}: must be a valid DualStack CIDR (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)",
-                self.cluster_cidr
-            )),
-            _ => Err(format!(
-                "{:?}: only one CIDR allowed or a valid DualStack CIDR (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)",
-                self.cluster_cidr
-            )),
+            [_, _] => Err(Problem::NotDualStack {
+                value: self.cluster_cidr.clone(),
+            }),
+            _ => Err(Problem::TooManyCidrs {
+                value: self.cluster_cidr.clone(),
+            }),
         }
     }
 }
@@ -346,50 +358,76 @@ fn check_periods(section: &str, sync: GoDuration, min: GoDuration, push: &mut Er
     if sync.as_nanos() <= 0 {
         push.add(
             &format!("{section}.syncPeriod"),
-            format!("{sync}: must be greater than 0"),
+            Problem::NotPositive { got: sync },
         );
     }
     if min.is_negative() {
         push.add(
             &format!("{section}.minSyncPeriod"),
-            format!("{min}: must be greater than or equal to 0"),
+            Problem::Negative {
+                got: Some(Number::Duration(min)),
+            },
         );
     } else if min > sync {
         push.add(
             &format!("{section}.minSyncPeriod"),
-            format!("{min}: must be less than or equal to {section}.syncPeriod ({sync})"),
+            Problem::AboveLimit {
+                got: min,
+                limit_field: format!("{section}.syncPeriod"),
+                limit: sync,
+            },
         );
+    }
+}
+
+/// A masquerade bit outside [0, 31].
+fn bit_out_of_range(bit: i32) -> Problem {
+    Problem::OutOfRange {
+        got: Some(bit.into()),
+        min: 0,
+        max: 31,
     }
 }
 
 fn non_negative(name: &str, d: GoDuration, push: &mut Errs) {
     if d.is_negative() {
-        push.add(name, format!("{d}: must be greater than or equal to 0"));
+        push.add(
+            name,
+            Problem::Negative {
+                got: Some(Number::Duration(d)),
+            },
+        );
     }
 }
 
 /// A CIDR as Go's `net.ParseCIDR` takes it (host bits may be set); a bare address is refused.
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .map_err(|_| format!("{s:?} is not a valid CIDR (e.g. 10.0.0.0/8)"))
+pub fn parse_cidr(s: &str) -> Result<IpNet, Problem> {
+    s.parse::<IpNet>().map_err(|_| Problem::NotACidr {
+        value: s.to_string(),
+    })
 }
 
 /// `IP:port`, IPv6 in brackets, port 1..=65535.
-pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s.parse().map_err(|_| format!("{s:?}: must be IP:port"))?;
+pub fn parse_host_port(s: &str) -> Result<SocketAddr, Problem> {
+    let value = || s.to_string();
+    let addr: SocketAddr = s
+        .parse()
+        .map_err(|_| Problem::NotHostPort { value: value() })?;
     if addr.port() == 0 {
-        return Err(format!("{s:?}: must be a valid port (1-65535)"));
+        return Err(Problem::PortZero { value: value() });
     }
     Ok(addr)
 }
 
 /// `utilnet.ParsePortRange`: empty, `low-high` or `base+size`.
-fn parse_port_range(s: &str) -> Result<(), String> {
+fn parse_port_range(s: &str) -> Result<(), Problem> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(());
     }
-    let bad = || format!("{s:?}: must be a valid port range (e.g. 300-2000)");
+    let bad = || Problem::NotAPortRange {
+        value: s.to_string(),
+    };
     let (low, high) = if let Some((a, b)) = s.split_once('-') {
         let a: u32 = a.parse().map_err(|_| bad())?;
         let b: u32 = b.parse().map_err(|_| bad())?;
