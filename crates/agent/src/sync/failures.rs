@@ -55,7 +55,7 @@ impl Backoff {
 
 /// The failures of one sync, as `(what, error)` pairs: each failed operation, or the error
 /// that stopped the whole sync.
-pub type Failures = Vec<(String, String)>;
+pub type Failures = Vec<(String, Explained)>;
 
 /// How the failures of a sync compare with those of the previous one.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -72,13 +72,13 @@ pub struct FailureChanges {
 /// once, not at every retry.
 #[derive(Debug, Default)]
 pub struct FailureLog {
-    last: BTreeMap<String, String>,
+    last: BTreeMap<String, Explained>,
 }
 
 impl FailureLog {
     /// Records the failures of a sync and says what changed since the previous one.
     pub fn update(&mut self, now: Failures) -> FailureChanges {
-        let now: BTreeMap<String, String> = now.into_iter().collect();
+        let now: BTreeMap<String, Explained> = now.into_iter().collect();
         let mut changes = FailureChanges::default();
         for (what, error) in &now {
             if self.last.get(what) == Some(error) {
@@ -132,19 +132,38 @@ fn failure_key(op: &Op) -> String {
     }
 }
 
+/// The kernel's (or the tool's) error for an operation, with what it means when that is not
+/// obvious. The text is the log's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Explained {
+    /// The error speaks for itself: its own text.
+    #[error("{0}")]
+    Plain(String),
+    /// IPVS answered `ENOENT` to a virtual server: it cannot load the scheduler.
+    #[error(
+        "{error}: the kernel has no IPVS scheduler {scheduler:?} (is the module ip_vs_{scheduler} available?)"
+    )]
+    NoScheduler {
+        /// The kernel's answer.
+        error: String,
+        /// The scheduler the virtual server asked for.
+        scheduler: String,
+    },
+}
+
 /// The kernel's error for `op`, with what it means when that is not obvious: IPVS answers
 /// `ENOENT` to a virtual server whose scheduler it cannot load.
-fn explain(op: &Op, error: &Error) -> String {
+fn explain(op: &Op, error: &Error) -> Explained {
     match op {
         Op::AddService { service, .. } | Op::UpdateService { service, .. }
             if error.ipvs().and_then(ipvs_netlink::Error::errno) == Some(libc::ENOENT) =>
         {
-            let name = service.scheduler.to_string();
-            format!(
-                "{error}: the kernel has no IPVS scheduler {name:?} (is the module ip_vs_{name} available?)"
-            )
+            Explained::NoScheduler {
+                error: error.to_string(),
+                scheduler: service.scheduler.to_string(),
+            }
         }
-        _ => error.to_string(),
+        _ => Explained::Plain(error.to_string()),
     }
 }
 
@@ -157,7 +176,7 @@ pub enum Blocked {
         /// The operation.
         op: String,
         /// The kernel's or the tool's answer, explained.
-        why: String,
+        why: Explained,
     },
     /// Every desired virtual server failed to be made.
     #[error("no virtual server could be made ({failed} of {desired} failed), e.g. {op}: {why}")]
@@ -169,7 +188,7 @@ pub enum Blocked {
         /// The first failed operation.
         op: String,
         /// The kernel's answer to it, explained.
-        why: String,
+        why: Explained,
     },
     /// The sync itself failed: the kernel could not be read.
     #[error(transparent)]
@@ -298,7 +317,7 @@ mod tests {
             program: "iptables-legacy-restore".into(),
             message: "line 3 failed".into(),
         };
-        let why = tool.to_string();
+        let why = Explained::Plain(tool.to_string());
         let refused = report(tool);
         let op = refused.plan.ops[0].to_string();
         assert_eq!(
@@ -322,28 +341,30 @@ mod tests {
                 ..VirtualServer::default()
             }),
         };
-        let hint =
-            "the kernel has no IPVS scheduler \"lblc\" (is the module ip_vs_lblc available?)";
+        let no_scheduler = |e: &Error| Explained::NoScheduler {
+            error: e.to_string(),
+            scheduler: "lblc".into(),
+        };
         let enoent = || Error::from(ipvs_netlink::Error::from_errno(libc::ENOENT));
-        assert_eq!(explain(&op, &enoent()), format!("not found: {hint}"));
+        assert_eq!(explain(&op, &enoent()), no_scheduler(&enoent()));
         // Shared by a batch that could not be sent, it is the same answer.
         let shared = Error::Shared(std::sync::Arc::new(enoent()));
-        assert!(explain(&op, &shared).ends_with(hint));
+        assert_eq!(explain(&op, &shared), no_scheduler(&shared));
         // ESRCH is also "not found" to the library, but not the scheduler's answer.
         let esrch = Error::from(ipvs_netlink::Error::from_errno(libc::ESRCH));
-        assert_eq!(explain(&op, &esrch), "not found");
+        assert_eq!(explain(&op, &esrch), Explained::Plain(esrch.to_string()));
         let einval = Error::from(ipvs_netlink::Error::from_errno(libc::EINVAL));
-        assert_eq!(explain(&op, &einval), einval.to_string());
+        assert_eq!(explain(&op, &einval), Explained::Plain(einval.to_string()));
         // An ENOENT from anything but IPVS is not about schedulers.
         let sysctl = Error::Sysctl {
             key: "net/ipv4/vs/conntrack".into(),
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         };
-        assert_eq!(explain(&op, &sysctl), sysctl.to_string());
+        assert_eq!(explain(&op, &sysctl), Explained::Plain(sysctl.to_string()));
     }
 
-    fn pair(what: &str, error: &str) -> (String, String) {
-        (what.to_string(), error.to_string())
+    fn pair(what: &str, error: &str) -> (String, Explained) {
+        (what.to_string(), Explained::Plain(error.to_string()))
     }
 
     #[test]

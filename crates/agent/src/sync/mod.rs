@@ -73,7 +73,7 @@ use draining::LosingRead;
 use reading::Reading;
 
 pub use crate::model::kernel::drift::{Drift, DriftKind};
-pub use failures::{Backoff, Blocked, FailureLog, SyncError, cannot_program};
+pub use failures::{Backoff, Blocked, Explained, FailureLog, SyncError, cannot_program};
 pub use report::Report;
 pub use run_loop::run;
 pub use traffic::ServiceTraffic;

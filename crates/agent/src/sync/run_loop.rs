@@ -53,7 +53,10 @@ pub async fn run<D: Dataplane>(
                 (failures::failures(&report), blocked)
             }
             Err(e) => {
-                let failed = vec![("sync".to_string(), e.to_string())];
+                let failed = vec![(
+                    "sync".to_string(),
+                    failures::Explained::Plain(e.to_string()),
+                )];
                 (failed, Some(Blocked::Sync(SyncError(Arc::new(e)))))
             }
         };
