@@ -41,6 +41,7 @@ const MODULES: &[&str] = &[
     "source::api",
     "source::api::initial",
     "source::api::rate",
+    "source::api::store",
     "source::manifests",
     "sync",
     "sync::failures",
