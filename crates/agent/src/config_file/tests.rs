@@ -607,6 +607,61 @@ fn decode_errors_name_the_field_and_the_line() {
     );
 }
 
+/// What kube-proxy's decoder (`sigs.k8s.io/yaml`: YAML 1.1 to JSON, then Go's JSON) makes of
+/// scalars: YAML 1.1 booleans are booleans, and a bool or number where a string belongs is an
+/// error, not its text.
+#[test]
+fn scalars_are_read_as_kube_proxy_reads_them() {
+    for (spelling, value) in [
+        ("true", true),
+        ("True", true),
+        ("yes", true),
+        ("on", true),
+        ("y", true),
+        ("false", false),
+        ("no", false),
+        ("off", false),
+        ("n", false),
+    ] {
+        let c = load_text(&format!("ipvs:\n  strictARP: {spelling}\n"))
+            .unwrap_or_else(|e| panic!("{spelling}: {e}"))
+            .config;
+        assert_eq!(c.ipvs.strict_arp, value, "{spelling}");
+    }
+    // A string field given what YAML 1.1 reads as a bool or a number.
+    for body in [
+        "hostnameOverride: yes\n",
+        "hostnameOverride: on\n",
+        "hostnameOverride: 12\n",
+        "clusterCIDR: 10\n",
+        "showHiddenMetricsForVersion: 1.33\n",
+    ] {
+        let field = body.split(':').next().unwrap();
+        assert_eq!(error_fields(body), [field], "{body:?}");
+    }
+    // Quoted, they are strings.
+    let c = load_text("hostnameOverride: \"yes\"\nshowHiddenMetricsForVersion: \"1.33\"\n")
+        .unwrap()
+        .config;
+    assert_eq!(c.hostname_override, "yes");
+    assert_eq!(c.show_hidden_metrics_for_version, "1.33");
+    // Numbers where numbers belong; a quoted number is a string, which Go's JSON refuses.
+    let c = load_text("iptables:\n  masqueradeBit: 13\nclientConnection:\n  qps: 2.5\n")
+        .unwrap()
+        .config;
+    assert_eq!(c.iptables.masquerade_bit, Some(13));
+    assert_eq!(c.client_connection.qps, 2.5);
+    for body in [
+        "iptables:\n  masqueradeBit: \"13\"\n",
+        "iptables:\n  masqueradeBit: 13.5\n",
+    ] {
+        assert_eq!(error_fields(body), ["iptables.masqueradeBit"], "{body:?}");
+    }
+    // A bool where a number belongs, and a number where a bool belongs.
+    assert_eq!(error_fields("oomScoreAdj: yes\n"), ["oomScoreAdj"]);
+    assert_eq!(error_fields("ipvs:\n  strictARP: 1\n"), ["ipvs.strictARP"]);
+}
+
 /// kube-proxy decodes strictly first, where a repeated key is an error, and then leniently,
 /// where YAML 1.1's maps keep the last value, with a logged warning.
 #[test]

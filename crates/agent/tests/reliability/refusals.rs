@@ -335,13 +335,17 @@ fn an_ipset_at_its_maxelem_fails_its_entries_only() {
     }
     let (code, body) = agent.healthz().expect("/healthz answers");
     assert_eq!(code, 200, "{body}");
-    let refusals = agent.lines_with(&["the kernel refused", "KUBE-CLUSTER-IP"]);
-    assert_eq!(refusals, 1, "logged once:\n{}", agent.log());
+    // A refusal is the warning that carries the operation and the kernel's error as keys.
+    let refused = |l: &&str| {
+        l.starts_with('W')
+            && l.contains(" op=\"")
+            && l.contains(" error=\"")
+            && l.contains("KUBE-CLUSTER-IP")
+    };
     let log = agent.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("the kernel refused") && l.contains("KUBE-CLUSTER-IP"))
-        .unwrap();
+    let refusals = log.lines().filter(refused).count();
+    assert_eq!(refusals, 1, "logged once:\n{log}");
+    let line = log.lines().find(refused).unwrap();
     assert!(
         line.to_lowercase().contains("full") || line.contains("maxelem"),
         "the error says the set is full: {line}"

@@ -12,7 +12,7 @@
 //!   feature.
 //! - `restore`: the `iptables-restore` input that writes the rules ([`restore_input`]) or
 //!   takes them away ([`removal_input`]).
-//! - `canonical`: [`canonical`], the one spelling rules are compared in, whoever wrote them.
+//! - `canonical`: [`canonical()`], the one spelling rules are compared in, whoever wrote them.
 //! - `tests`: the rule table, the restore text and the canonical form, against known lines.
 
 mod canonical;
