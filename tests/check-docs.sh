@@ -78,8 +78,8 @@ if [[ $(wc -l <"$work/fns") -lt 100 ]]; then
     echo "check-docs: found almost no fn in the repository's sources" >&2
     exit 1
 fi
-cat crates/agent/src/metrics/testdata/baseline.txt crates/agent/src/metrics.rs \
-    crates/agent/src/metrics/*.rs >"$work/metrics"
+cat crates/agent/src/metrics/testdata/baseline.txt crates/agent/src/metrics/*.rs \
+    crates/agent/src/metrics/tests/*.rs >"$work/metrics"
 top_dirs=$(awk -F/ 'NF > 1 {print $1}' "$work/files" | sort -u | paste -sd'|')
 
 # file<TAB>line<TAB>span, for every backticked span outside fenced code.

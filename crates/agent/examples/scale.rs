@@ -38,16 +38,16 @@ use std::time::{Duration, Instant};
 
 use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
 use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation, RealServers};
-use kube_proxy_ipvs_agent::model::cluster::{
+use kube_proxy_ipvs_agent::model::desired::iptables::restore_input;
+use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls};
+use kube_proxy_ipvs_agent::model::kernel::rolling::{Part, READ_SHARE};
+use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind, VsKey};
+use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
+use kube_proxy_ipvs_agent::model::snapshot::cluster::{
     Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
     ServiceRef, ServiceType, SliceRef, TrafficPolicy,
 };
-use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
-use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls};
-use kube_proxy_ipvs_agent::model::iptables::restore_input;
-use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind, VsKey};
-use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
-use kube_proxy_ipvs_agent::model::rolling::{Part, READ_SHARE};
+use kube_proxy_ipvs_agent::model::snapshot::config::{LocalDetector, ProxyConfig};
 use kube_proxy_ipvs_agent::sync::Syncer;
 use lab::guest::{Netns, sh};
 use lab::net::{Pod, bridge};
@@ -176,7 +176,9 @@ fn endpoint(address: IpAddr) -> Endpoint {
         ready: true,
         serving: true,
         terminating: false,
-        node_name: Some(kube_proxy_ipvs_agent::model::cluster::intern("node-b")),
+        node_name: Some(kube_proxy_ipvs_agent::model::snapshot::cluster::intern(
+            "node-b",
+        )),
         zone: None,
         hints: None,
     }
@@ -539,7 +541,7 @@ impl Dataplane for Timed {
 
     async fn clean_conntrack(
         &mut self,
-        filter: &kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter,
+        filter: &kube_proxy_ipvs_agent::model::desired::conntrack::ConntrackFilter,
     ) -> Result<Vec<kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned>, Error> {
         self.kernel.clean_conntrack(filter).await
     }
@@ -671,7 +673,7 @@ fn slowest(what: &str, n: usize, times: &[f64]) {
 /// with one slice changed, the Services that changed between them (`changed_services`), and
 /// the last snapshot dropped. Prints the median and p99 of the three together.
 fn snapshot(n: usize, changes: usize) {
-    use kube_proxy_ipvs_agent::model::cluster::changed_services;
+    use kube_proxy_ipvs_agent::model::snapshot::cluster::changed_services;
     let mut last = cluster(n);
     let keys: Vec<SliceRef> = last.slices.keys().cloned().collect();
     let mut times = Vec::new();
@@ -737,7 +739,7 @@ fn heap(n: usize, cold_only: bool) {
         }
         async fn clean_conntrack(
             &mut self,
-            _: &kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter,
+            _: &kube_proxy_ipvs_agent::model::desired::conntrack::ConntrackFilter,
         ) -> Result<Vec<kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned>, Error> {
             Ok(Vec::new())
         }
@@ -886,7 +888,8 @@ fn agent_child(n: usize, changes: usize) {
         .expect("connect to the kernel");
         let mut kernel = kernel;
         if std::env::var_os("SCALE_ROUTE").is_some() {
-            kernel.set_vip_binding(kube_proxy_ipvs_agent::model::config::VipBinding::Route);
+            kernel
+                .set_vip_binding(kube_proxy_ipvs_agent::model::snapshot::config::VipBinding::Route);
         }
         let mut syncer = Syncer::new(
             Timed {

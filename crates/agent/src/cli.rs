@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use crate::config_file::{self, Decoding, FlagOverrides, KubeProxyConfiguration};
-use crate::model::config::ProxyConfig;
+use crate::model::snapshot::config::ProxyConfig;
 
 /// kube-proxy-ipvs: a Kubernetes Service proxy on Linux IPVS, a drop-in for
 /// `kube-proxy --proxy-mode=ipvs`. Flags take kube-proxy's names and meanings.
@@ -318,11 +318,13 @@ impl Flag {
 
 /// pflag's bool values (`--cleanup=false`), for the bool fields of [`Args`].
 fn go_bool(v: &str) -> Result<bool, String> {
-    config_file::flags::go_bool(v)
+    config_file::flags::go_bool(v).map_err(|e| e.to_string())
 }
 
 fn check_bool(v: &str) -> Result<String, String> {
-    config_file::flags::go_bool(v).map(|_| v.to_string())
+    config_file::flags::go_bool(v)
+        .map(|_| v.to_string())
+        .map_err(|e| e.to_string())
 }
 
 fn check_duration(v: &str) -> Result<String, String> {
@@ -330,7 +332,7 @@ fn check_duration(v: &str) -> Result<String, String> {
 }
 
 fn check_quantity(v: &str) -> Result<String, String> {
-    config_file::flags::quantity(v)
+    config_file::flags::quantity(v).map_err(|e| e.to_string())
 }
 
 /// The whole command line: [`Args`] and [`TABLE`]. Values that take exactly one argument
@@ -358,7 +360,7 @@ pub struct Settings {
     /// The model's configuration.
     pub proxy: ProxyConfig,
     /// Warnings to log once.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<config_file::Warning>,
 }
 
 /// Parses the process's command line (clap prints usage and exits 2 on a syntax error;
@@ -412,7 +414,7 @@ fn from_matches(
     let mut proxy = kube_proxy.to_proxy_config(&node_name)?;
     // A module already loaded costs nothing more to use; read once, at start.
     proxy.allowed_schedulers.extend(
-        crate::model::scheduler::LOADED_UNDER_LOCK
+        crate::model::desired::scheduler::LOADED_UNDER_LOCK
             .iter()
             .filter(|s| crate::dataplane::modules::loaded(s))
             .map(|s| s.to_string()),
@@ -445,18 +447,52 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::Family;
+    use crate::config_file::gates::GateError;
+    use crate::config_file::{FieldError, Problem, Warning};
+    use crate::model::snapshot::cluster::Family;
 
-    fn try_settings(extra: &[&str]) -> Result<Settings, String> {
+    /// Why a command line is refused: by clap (syntax, a value parser) or by the
+    /// configuration.
+    #[derive(Debug)]
+    enum Refused {
+        Clap(clap::Error),
+        Config(config_file::Error),
+    }
+
+    impl Refused {
+        /// The flags (`--flag`) or fields (`ipvs.scheduler`) it names.
+        fn named(&self) -> Vec<String> {
+            match self {
+                Refused::Clap(e) => match e.get(clap::error::ContextKind::InvalidArg) {
+                    // clap's `--flag <VALUE>`: the flag is the first word.
+                    Some(clap::error::ContextValue::String(arg)) => {
+                        arg.split(' ').take(1).map(str::to_string).collect()
+                    }
+                    _ => Vec::new(),
+                },
+                Refused::Config(e) => e.field_errors().iter().map(|f| f.field.clone()).collect(),
+            }
+        }
+
+        /// The field errors, when the configuration refused it.
+        fn field_errors(&self) -> &[FieldError] {
+            match self {
+                Refused::Config(e) => e.field_errors(),
+                Refused::Clap(_) => &[],
+            }
+        }
+    }
+
+    fn try_settings(extra: &[&str]) -> Result<Settings, Refused> {
         let command = command();
         let mut argv = vec!["kube-proxy-ipvs", "--hostname-override", "Node-A"];
         argv.extend_from_slice(extra);
         let matches = command
             .clone()
             .try_get_matches_from(argv)
-            .map_err(|e| e.to_string())?;
-        let args = Args::from_arg_matches(&matches).map_err(|e| e.to_string())?;
-        from_matches(args, &command, &matches).map_err(|e| e.to_string())
+            .map_err(Refused::Clap)?;
+        let args = Args::from_arg_matches(&matches).map_err(Refused::Clap)?;
+        from_matches(args, &command, &matches).map_err(Refused::Config)
     }
 
     #[test]
@@ -480,10 +516,13 @@ mod tests {
         assert_eq!(d.proxy.scheduler, "rr");
         assert_eq!(
             d.proxy.vip_binding,
-            crate::model::config::VipBinding::Address
+            crate::model::snapshot::config::VipBinding::Address
         );
         let r = try_settings(&["--vip-binding", "route"]).unwrap();
-        assert_eq!(r.proxy.vip_binding, crate::model::config::VipBinding::Route);
+        assert_eq!(
+            r.proxy.vip_binding,
+            crate::model::snapshot::config::VipBinding::Route
+        );
         assert_eq!(
             d.kube_proxy.sync_period(),
             std::time::Duration::from_secs(30)
@@ -517,7 +556,7 @@ mod tests {
             ],
         ];
         for argv in cases {
-            try_settings(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            try_settings(argv).unwrap_or_else(|e| panic!("{argv:?}: {e:?}"));
         }
         let s = try_settings(&["--masquerade-all", "-v=3", "--oom-score-adj", "-999"]).unwrap();
         assert!(
@@ -573,7 +612,7 @@ mod tests {
             !both
                 .warnings
                 .iter()
-                .any(|w| w.contains("--v") || w.contains("--logging-format")),
+                .any(|w| matches!(w, Warning::FlagOverridesFile { .. })),
             "{:?}",
             both.warnings
         );
@@ -588,19 +627,30 @@ mod tests {
             "--iptables-sync-period=1m",
         ])
         .unwrap();
-        for (field, why) in [
-            ("logging.flushFrequency", "logs are not buffered"),
-            ("logging.options.text.splitStream", "all logs go to stderr"),
-            ("enableProfiling", "no Go pprof"),
-            ("iptables.syncPeriod", "iptables mode only"),
+        for field in [
+            "logging.flushFrequency",
+            "logging.options.text.splitStream",
+            "enableProfiling",
+            "iptables.syncPeriod",
         ] {
-            let said: Vec<&String> = s.warnings.iter().filter(|w| w.starts_with(field)).collect();
-            assert_eq!(said.len(), 1, "{field}: {:?}", s.warnings);
-            assert!(said[0].contains(why), "{}", said[0]);
+            // The reason is the field table's note.
+            let notes: Vec<&str> = s
+                .warnings
+                .iter()
+                .filter_map(|w| match w {
+                    Warning::Ignored { field: f, note, .. } if *f == field => Some(*note),
+                    _ => None,
+                })
+                .collect();
+            assert!(
+                matches!(notes[..], [note] if !note.is_empty()),
+                "{field}: {:?}",
+                s.warnings
+            );
         }
         // kube-proxy's defaults change nothing and say nothing.
         let quiet = try_settings(&["--log-flush-frequency=5s", "--profiling=false"]).unwrap();
-        assert_eq!(quiet.warnings, Vec::<String>::new());
+        assert_eq!(quiet.warnings, []);
     }
 
     #[test]
@@ -611,7 +661,8 @@ mod tests {
             "AllowServiceExternalIPs=true",
             "CPUManagerPolicyOptions=true",
         ] {
-            let s = try_settings(&["--feature-gates", ok]).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            let s =
+                try_settings(&["--feature-gates", ok]).unwrap_or_else(|e| panic!("{ok}: {e:?}"));
             assert!(!s.kube_proxy.feature_gates.is_empty());
         }
         let err = |v: &str| {
@@ -619,27 +670,66 @@ mod tests {
                 .map(|_| ())
                 .unwrap_err()
         };
-        let unknown = err("NoSuchGate=true");
-        assert!(
-            unknown.contains("--feature-gates")
-                && unknown.contains("unrecognized feature gate: NoSuchGate"),
-            "{unknown}"
+        // Each refusal names the flag (or the field) and says why, as a value.
+        let said = |v: &str| -> (String, Problem) {
+            let e = err(v);
+            match e.field_errors() {
+                [one] => (one.field.clone(), one.message.clone()),
+                _ => panic!("{v}: {e:?}"),
+            }
+        };
+        let gate = |e: GateError| Problem::Gate(e);
+        assert_eq!(
+            said("NoSuchGate=true"),
+            (
+                "--feature-gates".into(),
+                gate(GateError::Unknown {
+                    gate: "NoSuchGate".into()
+                })
+            )
         );
-        assert!(err("CPUManagerPolicyOptions=false").contains("locked to true"));
-        assert!(err("KubeProxyIPVS=false").contains("KubeProxyIPVS"));
-        assert!(err("KubeProxyIPVS").contains("Gate=true|false"));
+        assert_eq!(
+            said("CPUManagerPolicyOptions=false"),
+            (
+                "--feature-gates".into(),
+                gate(GateError::Locked {
+                    gate: "CPUManagerPolicyOptions".into(),
+                    value: false
+                })
+            )
+        );
+        assert_eq!(
+            said("KubeProxyIPVS=false"),
+            ("featureGates.KubeProxyIPVS".into(), Problem::IpvsGateOff)
+        );
+        assert_eq!(
+            said("KubeProxyIPVS"),
+            (
+                "--feature-gates".into(),
+                gate(GateError::Syntax {
+                    pair: "KubeProxyIPVS".into()
+                })
+            )
+        );
     }
 
     #[test]
     fn bad_logging_values_are_named() {
-        let err = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err();
-        assert!(err(&["--log-flush-frequency=soon"]).contains("--log-flush-frequency"));
-        assert!(err(&["--log-text-info-buffer-size=lots"]).contains("--log-text-info-buffer-size"));
-        assert!(err(&["--log-json-split-stream=maybe"]).contains("--log-json-split-stream"));
-        assert!(err(&["--vmodule=sync"]).contains("--vmodule"));
-        assert!(err(&["--v=x"]).contains("--v"));
-        assert!(err(&["--logging-format=xml"]).contains("--logging-format"));
-        assert!(err(&["--cleanup=maybe"]).contains("--cleanup"));
+        let named = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err().named();
+        for (arg, flag) in [
+            ("--log-flush-frequency=soon", "--log-flush-frequency"),
+            (
+                "--log-text-info-buffer-size=lots",
+                "--log-text-info-buffer-size",
+            ),
+            ("--log-json-split-stream=maybe", "--log-json-split-stream"),
+            ("--vmodule=sync", "--vmodule"),
+            ("--v=x", "--v"),
+            ("--logging-format=xml", "--logging-format"),
+            ("--cleanup=maybe", "--cleanup"),
+        ] {
+            assert_eq!(named(&[arg]), [flag], "{arg}");
+        }
     }
 
     #[test]
@@ -650,7 +740,7 @@ mod tests {
         let err = try_settings(&["--ipvs-allowed-schedulers", "rr"])
             .map(|_| ())
             .unwrap_err();
-        assert!(err.contains("ipvs.allowedSchedulers[0]"), "{err}");
+        assert_eq!(err.named(), ["ipvs.allowedSchedulers[0]"], "{err:?}");
         let file = std::env::temp_dir().join(format!("allowed-{}.yaml", std::process::id()));
         std::fs::write(
             &file,
@@ -665,14 +755,20 @@ mod tests {
 
     #[test]
     fn bad_flags_are_named() {
-        let err = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err();
-        assert!(err(&["--proxy-mode", "iptables"]).contains("mode"));
-        assert!(err(&["--iptables-masquerade-bit", "32"]).contains("masqueradeBit"));
-        assert!(err(&["--vip-binding", "loopback"]).contains("--vip-binding"));
-        assert!(err(&["--ipvs-exclude-cidrs", "10.0.0.1"]).contains("excludeCIDRs"));
-        assert!(
-            err(&["--ipvs-min-sync-period", "1m", "--ipvs-sync-period", "30s"])
-                .contains("minSyncPeriod")
+        let named = |a: &[&str]| try_settings(a).map(|_| ()).unwrap_err().named();
+        assert_eq!(named(&["--proxy-mode", "iptables"]), ["mode"]);
+        assert_eq!(
+            named(&["--iptables-masquerade-bit", "32"]),
+            ["iptables.masqueradeBit"]
+        );
+        assert_eq!(named(&["--vip-binding", "loopback"]), ["--vip-binding"]);
+        assert_eq!(
+            named(&["--ipvs-exclude-cidrs", "10.0.0.1"]),
+            ["ipvs.excludeCIDRs[0]"]
+        );
+        assert_eq!(
+            named(&["--ipvs-min-sync-period", "1m", "--ipvs-sync-period", "30s"]),
+            ["ipvs.minSyncPeriod"]
         );
     }
 
@@ -694,10 +790,10 @@ mod tests {
         let overridden = try_settings(&["--config", p, "--ipvs-scheduler", "wrr"]).unwrap();
         assert_eq!(overridden.proxy.scheduler, "wrr");
         assert!(
-            overridden
-                .warnings
-                .iter()
-                .any(|w| w.contains("--ipvs-scheduler")),
+            overridden.warnings.contains(&Warning::FlagOverridesFile {
+                flag: "ipvs-scheduler".into(),
+                field: "ipvs.scheduler"
+            }),
             "{:?}",
             overridden.warnings
         );

@@ -7,7 +7,11 @@
 //! feeds [`metrics::Metrics`] and [`health::Health`], which the HTTP servers answer from.
 //!
 //! # Layout
-//! - [`model`]: pure: the cluster snapshot, the KUBE-* catalogue, the desired state, the plan.
+//! - [`model`]: pure, one folder per part: the cluster snapshot and configuration
+//!   ([`model::snapshot`]), the desired state with its KUBE-* ipsets and iptables catalogue
+//!   ([`model::desired`]), the kernel state and the agent's view of the kernel
+//!   ([`model::kernel`]), the plan ([`model::plan`]), and one sync's computation
+//!   ([`model::incremental`]).
 //! - [`k8s`]: conversion and validation of the Kubernetes API types into the model, and the
 //!   agent's events.
 //! - [`source`]: where snapshots come from: the API server's watches (`api`) or `--manifests`
@@ -21,7 +25,7 @@
 //! - [`cli`], [`config_file`] and [`run`]: kube-proxy's flags and configuration file, and the
 //!   agent's modes; [`logging`]: the log on standard error.
 //!
-//! [`Cluster`]: model::cluster::Cluster
+//! [`Cluster`]: model::snapshot::cluster::Cluster
 #![deny(unsafe_code)] // two exceptions: dataplane::child's pre_exec, allocator's mallopt
 
 pub mod allocator;

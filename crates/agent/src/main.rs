@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     for w in unmapped {
-        tracing::warn!("{w}");
+        tracing::warn!(vmodule = %format!("{}={}", w.pattern, w.verbosity), "{w}");
     }
     // Two worker threads: the health, metrics and health-check servers keep answering on one
     // while a sync's work runs on the other, and whatever must wait (iptables-restore for the

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use fake_apiserver::objects::{label, node, service, slice};
 use fake_apiserver::{FakeApiServer, Resource};
-use kube_proxy_ipvs_agent::model::cluster::{Cluster, ServiceRef};
-use kube_proxy_ipvs_agent::model::config::ProxyConfig;
 use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired};
 use kube_proxy_ipvs_agent::model::kernel::KernelState;
 use kube_proxy_ipvs_agent::model::plan::plan;
+use kube_proxy_ipvs_agent::model::snapshot::cluster::{Cluster, ServiceRef};
+use kube_proxy_ipvs_agent::model::snapshot::config::ProxyConfig;
 use kube_proxy_ipvs_agent::source::api::{
     self, ClientOptions, NodeLifecycle, SERVICE_SELECTOR, SLICE_SELECTOR, Watches,
 };

@@ -5,8 +5,8 @@
 #[path = "bad_input/corpus.rs"]
 mod corpus;
 
-use kube_proxy_ipvs_agent::model::config::ProxyConfig;
 use kube_proxy_ipvs_agent::model::desired::{Host, desired};
+use kube_proxy_ipvs_agent::model::snapshot::config::ProxyConfig;
 use kube_proxy_ipvs_agent::source::manifests::load_str;
 
 /// Two good Services in their own namespace, with their slices.
@@ -43,7 +43,7 @@ fn every_bad_object_is_rejected_by_name_and_the_good_services_survive() {
         let hits = loaded
             .rejected
             .iter()
-            .filter(|(object, reason)| e.matches(object, reason))
+            .filter(|(object, reason)| e.matches(object, reason.kind(), reason.field()))
             .count();
         assert_eq!(
             hits, 1,

@@ -1294,9 +1294,9 @@ fn leftovers_are_deleted_while_another_namespace_changes_ipvs() {
 fn adding_a_virtual_server_that_exists_sets_it() {
     use kube_proxy_ipvs_agent::dataplane::Dataplane;
     use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
-    use kube_proxy_ipvs_agent::model::cluster::{Family, Protocol};
     use kube_proxy_ipvs_agent::model::kernel::{VirtualServer, VsKey};
     use kube_proxy_ipvs_agent::model::plan::{Op, Plan};
+    use kube_proxy_ipvs_agent::model::snapshot::cluster::{Family, Protocol};
 
     let _ns = lab::guest::Netns::fresh();
     sh(
@@ -1350,8 +1350,8 @@ fn adding_a_virtual_server_that_exists_sets_it() {
 fn the_real_servers_of_named_virtual_servers_are_read_alone() {
     use kube_proxy_ipvs_agent::dataplane::Dataplane;
     use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
-    use kube_proxy_ipvs_agent::model::cluster::{Family, Protocol};
     use kube_proxy_ipvs_agent::model::kernel::VsKey;
+    use kube_proxy_ipvs_agent::model::snapshot::cluster::{Family, Protocol};
 
     let _ns = lab::guest::Netns::fresh();
     sh("ipvsadm -A -t 10.96.0.10:80 -s rr \
@@ -1405,11 +1405,11 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
     use kube_proxy_ipvs_agent::dataplane::conntrack::Cleaned;
     use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
     use kube_proxy_ipvs_agent::dataplane::{Applied, Dataplane, Error, Observation, RealServers};
-    use kube_proxy_ipvs_agent::model::config::{LocalDetector, ProxyConfig};
-    use kube_proxy_ipvs_agent::model::conntrack::ConntrackFilter;
+    use kube_proxy_ipvs_agent::model::desired::conntrack::ConntrackFilter;
     use kube_proxy_ipvs_agent::model::desired::sysctls;
     use kube_proxy_ipvs_agent::model::kernel::VsKey;
     use kube_proxy_ipvs_agent::model::plan::Plan;
+    use kube_proxy_ipvs_agent::model::snapshot::config::{LocalDetector, ProxyConfig};
     use kube_proxy_ipvs_agent::source::manifests::load_str;
     use kube_proxy_ipvs_agent::sync::Syncer;
 
@@ -1433,7 +1433,7 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
 
         async fn observe_part(
             &mut self,
-            part: &kube_proxy_ipvs_agent::model::rolling::Part,
+            part: &kube_proxy_ipvs_agent::model::kernel::rolling::Part,
         ) -> Result<(Observation, std::collections::BTreeSet<VsKey>), Error> {
             self.kernel.observe_part(part).await
         }
@@ -1442,7 +1442,7 @@ fn the_api_server_and_dns_services_answer_before_the_rest_is_programmed() {
 
         fn read_apart(
             &mut self,
-            part: Option<kube_proxy_ipvs_agent::model::rolling::Part>,
+            part: Option<kube_proxy_ipvs_agent::model::kernel::rolling::Part>,
         ) -> futures::future::BoxFuture<'static, Result<Self::Read, Error>> {
             self.kernel.read_apart(part)
         }

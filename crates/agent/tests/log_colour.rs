@@ -18,7 +18,7 @@ fn a_log_into_a_pipe_has_no_colour_codes() {
     let log = String::from_utf8_lossy(&out.stderr);
     // The demo's malformed Service is logged as a warning: klog's `W` line.
     let header = regex::Regex::new(
-        r#"^W\d{4} \d{2}:\d{2}:\d{2}\.\d{6} [ \d]{7} manifests\.rs:\d+\] "manifest rejected" "#,
+        r#"^W\d{4} \d{2}:\d{2}:\d{2}\.\d{6} [ \d]{7} manifests/mod\.rs:\d+\] "manifest rejected" "#,
     )
     .unwrap();
     assert!(

@@ -13,7 +13,7 @@ fn klog() -> regex::Regex {
 }
 
 /// A manifests directory with something logged at each level: the demo's Services (one
-/// malformed: a warning at 0) and a ConfigMap (ignored, a detail at 2 from `manifests.rs`).
+/// malformed: a warning at 0) and a ConfigMap (ignored, a detail at 2 from `source::manifests`).
 fn manifests() -> &'static std::path::Path {
     // Written once for every test (they run in parallel).
     static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -145,7 +145,7 @@ fn vmodule_raises_one_module_and_warns_about_the_rest() {
     assert!(
         sync_only
             .lines()
-            .any(|l| l.starts_with('W') && l.contains("--vmodule proxier*=4: accepted, not used")),
+            .any(|l| l.starts_with('W') && l.ends_with(" vmodule=\"proxier*=4\"")),
         "{sync_only}"
     );
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt as _;
 
 use kube_proxy_ipvs_agent::dataplane::Error;
 use kube_proxy_ipvs_agent::dataplane::iptables::{Backend, restore};
-use kube_proxy_ipvs_agent::model::cluster::Family;
+use kube_proxy_ipvs_agent::model::snapshot::cluster::Family;
 
 /// What iptables says when its wait for the lock ran out.
 const LOCKED: &str = "Another app is currently holding the xtables lock. Stopped waiting after 5s.";

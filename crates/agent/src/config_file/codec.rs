@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_saphyr::DuplicateKeyPolicy;
 
-use super::{API_VERSION, Error, FieldError, KIND, KubeProxyConfiguration};
+use super::{API_VERSION, Error, FieldError, KIND, KubeProxyConfiguration, Problem, Warning};
 
 /// How unknown fields and repeated keys are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,7 +103,7 @@ impl KubeProxyConfiguration {
     /// Decodes YAML or JSON. Checks `apiVersion` and `kind`; unknown fields are an error
     /// ([`Decoding::Strict`]) or returned as warnings naming them ([`Decoding::Lenient`]).
     /// Nothing is defaulted yet.
-    pub fn from_text(text: &str, decoding: Decoding) -> Result<(Self, Vec<String>), Error> {
+    pub fn from_text(text: &str, decoding: Decoding) -> Result<(Self, Vec<Warning>), Error> {
         let (config, unknown, duplicate) = match decode(text, DuplicateKeyPolicy::Error) {
             // kube-proxy's lenient decoder goes through YAML 1.1 maps, where a repeated key's
             // last value wins; its strict decoder refuses the file.
@@ -115,15 +115,15 @@ impl KubeProxyConfiguration {
                     ) =>
             {
                 let (config, unknown) = decode(text, DuplicateKeyPolicy::LastWins)?;
-                let warning = match source.without_snippet() {
-                    serde_saphyr::Error::DuplicateMappingKey { key, location } => format!(
-                        "key {:?} given twice (line {}): the last value is used (lenient decoding, as kube-proxy)",
-                        key.as_deref().unwrap_or("?"),
-                        location.line()
-                    ),
-                    other => {
-                        format!("{other}: the last value is used (lenient decoding, as kube-proxy)")
+                let (key, line) = match source.without_snippet() {
+                    serde_saphyr::Error::DuplicateMappingKey { key, location } => {
+                        (key.as_deref().unwrap_or("?"), location.line())
                     }
+                    _ => ("?", 0),
+                };
+                let warning = Warning::DuplicateKey {
+                    key: key.to_string(),
+                    line: line as usize,
                 };
                 (config, unknown, Some(warning))
             }
@@ -136,16 +136,19 @@ impl KubeProxyConfiguration {
         if config.api_version != API_VERSION {
             errors.push(FieldError::new(
                 "apiVersion",
-                format!(
-                    "{:?} is not supported: must be {API_VERSION}",
-                    config.api_version
-                ),
+                Problem::Unsupported {
+                    value: config.api_version.clone(),
+                    expected: API_VERSION,
+                },
             ));
         }
         if config.kind != KIND {
             errors.push(FieldError::new(
                 "kind",
-                format!("{:?} is not supported: must be {KIND}", config.kind),
+                Problem::Unsupported {
+                    value: config.kind.clone(),
+                    expected: KIND,
+                },
             ));
         }
         if !errors.is_empty() {
@@ -157,9 +160,11 @@ impl KubeProxyConfiguration {
                 config,
                 duplicate
                     .into_iter()
-                    .chain(unknown.into_iter().map(|f| {
-                        format!("unknown field {f:?} ignored (lenient decoding, as kube-proxy)")
-                    }))
+                    .chain(
+                        unknown
+                            .into_iter()
+                            .map(|field| Warning::UnknownField { field }),
+                    )
                     .collect(),
             )),
         }

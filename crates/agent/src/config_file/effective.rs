@@ -7,9 +7,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::validate::{parse_cidr, parse_host_port};
-use super::{Error, FieldError, GoDuration, KubeProxyConfiguration};
-use crate::model::cluster::Family;
-use crate::model::config::{LocalDetector, ProxyConfig, VipBinding};
+use super::{Error, FieldError, GoDuration, KubeProxyConfiguration, Problem};
+use crate::model::snapshot::cluster::Family;
+use crate::model::snapshot::config::{LocalDetector, ProxyConfig, VipBinding};
 
 impl KubeProxyConfiguration {
     /// The node name from `hostnameOverride`, trimmed and lower-cased as kube-proxy does;
@@ -176,7 +176,11 @@ impl KubeProxyConfiguration {
             .unwrap_or_else(|| {
                 errs.push(FieldError::new(
                     "iptables.masqueradeBit",
-                    "must be within the range [0, 31]",
+                    Problem::OutOfRange {
+                        got: None,
+                        min: 0,
+                        max: 31,
+                    },
                 ));
                 14
             })
@@ -185,10 +189,10 @@ impl KubeProxyConfiguration {
     /// `ipvs.gracefulTerminationTimeout`, the model's default when unset.
     fn graceful_termination_timeout(&self) -> Result<Duration, Error> {
         match self.ipvs.graceful_termination_timeout {
-            None => Ok(crate::model::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT),
+            None => Ok(crate::model::snapshot::config::DEFAULT_GRACEFUL_TERMINATION_TIMEOUT),
             Some(d) if d.is_negative() => Err(Error::invalid(vec![FieldError::new(
                 "ipvs.gracefulTerminationTimeout",
-                format!("{d} must not be negative"),
+                Problem::NegativeTimeout { got: d },
             )])),
             Some(d) => Ok(d.to_std()),
         }
@@ -198,9 +202,11 @@ impl KubeProxyConfiguration {
     fn vip_binding(&self) -> Result<VipBinding, Error> {
         match &self.ipvs.vip_binding {
             None => Ok(VipBinding::default()),
-            Some(v) => v.parse().map_err(|e: crate::model::config::BadVipBinding| {
-                Error::invalid(vec![FieldError::new("ipvs.vipBinding", e.to_string())])
-            }),
+            Some(v) => v
+                .parse()
+                .map_err(|e: crate::model::snapshot::config::BadVipBinding| {
+                    Error::invalid(vec![FieldError::new("ipvs.vipBinding", e)])
+                }),
         }
     }
 }

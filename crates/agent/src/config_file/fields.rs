@@ -1,21 +1,20 @@
 //! What kube-proxy-ipvs does with each field ([`FIELDS`]), and the warnings and refusals that
 //! follow from it ([`KubeProxyConfiguration::classify`]).
 
-use super::{Error, FieldError, IPVS_GATE, KubeProxyConfiguration};
+use super::{Error, FieldError, IPVS_GATE, KubeProxyConfiguration, Problem, Warning};
 
 impl KubeProxyConfiguration {
     /// What kube-proxy-ipvs does with each field ([`FIELDS`]): an error for values it refuses,
     /// and a warning for every field it accepts but does not act on that differs from its
     /// default.
-    pub fn classify(&self) -> Result<Vec<String>, Error> {
+    pub fn classify(&self) -> Result<Vec<Warning>, Error> {
         let mut refused = Vec::new();
         if self.mode != "ipvs" && !self.mode.is_empty() {
             refused.push(FieldError::new(
                 "mode",
-                format!(
-                    "{:?} is not served by kube-proxy-ipvs, which implements only \"ipvs\"",
-                    self.mode
-                ),
+                Problem::ModeNotServed {
+                    mode: self.mode.clone(),
+                },
             ));
         }
         // kube-proxy refuses a gate it does not know, or a value a gate is locked against.
@@ -27,7 +26,7 @@ impl KubeProxyConfiguration {
         if self.feature_gates.get(IPVS_GATE) == Some(&false) {
             refused.push(FieldError::new(
                 format!("featureGates.{IPVS_GATE}"),
-                "false turns IPVS mode off; kube-proxy would refuse to start in ipvs mode",
+                Problem::IpvsGateOff,
             ));
         }
         if !refused.is_empty() {
@@ -40,24 +39,23 @@ impl KubeProxyConfiguration {
             let value = lookup(&here, field.path);
             if value != lookup(&defaults, field.path) {
                 let shown = value.map_or_else(|| "null".into(), |v| v.to_string());
-                warnings.push(format!(
-                    "{} = {shown} is accepted but not acted on by kube-proxy-ipvs: {}",
-                    field.path, field.note
-                ));
+                warnings.push(Warning::Ignored {
+                    field: field.path,
+                    value: shown,
+                    note: field.note,
+                });
             }
         }
         for (gate, on) in &self.feature_gates {
             if gate != IPVS_GATE {
-                warnings.push(format!(
-                    "featureGates.{gate} = {on} is accepted but not acted on by kube-proxy-ipvs"
-                ));
+                warnings.push(Warning::GateIgnored {
+                    gate: gate.clone(),
+                    value: *on,
+                });
             }
         }
         if self.node_port_addresses.iter().any(|a| a == "localhost") {
-            warnings.push(
-                "nodePortAddresses: \"localhost\" is ignored: IPVS mode never serves NodePorts on loopback"
-                    .into(),
-            );
+            warnings.push(Warning::LocalhostNodePorts);
         }
         Ok(warnings)
     }

@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 use clap::parser::ValueSource;
 
+use super::gates::GateError;
 use super::{
-    Error, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, TimeOrDuration, VModule,
-    append_port,
+    Error, Expected, FIELDS, FieldError, GoDuration, KubeProxyConfiguration, Problem,
+    TimeOrDuration, VModule, Warning, append_port,
 };
 
 /// The kube-proxy flags given explicitly, by long name (`ipvs-sync-period`), each with its
@@ -101,7 +102,7 @@ impl KubeProxyConfiguration {
         &mut self,
         flags: &FlagOverrides,
         from_file: bool,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<Warning>, Error> {
         let mut warnings = Vec::new();
         let mut errs = Vec::new();
         for (flag, values) in &flags.values {
@@ -133,9 +134,10 @@ impl KubeProxyConfiguration {
                         "metrics-port" => "metricsBindAddress",
                         _ => "?",
                     });
-                warnings.push(format!(
-                    "--{flag} overrides {path} from the config file (kube-proxy would ignore the flag when --config is given)"
-                ));
+                warnings.push(Warning::FlagOverridesFile {
+                    flag: flag.clone(),
+                    field: path,
+                });
             }
         }
         if errs.is_empty() {
@@ -151,7 +153,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         // Each group answers `Ok(false)` for a flag not its own; no flag is in two groups.
         Ok(self.apply_node_flag(flag, v, &list)?
             || self.apply_ipvs_flag(flag, v, &list)?
@@ -168,13 +170,13 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "proxy-mode" => self.mode = v.to_string(),
             "hostname-override" => {
                 let name = v.trim();
                 if name.is_empty() {
-                    return Err("empty hostname-override is invalid".into());
+                    return Err(Problem::EmptyHostnameOverride);
                 }
                 self.hostname_override = name.to_lowercase();
             }
@@ -189,7 +191,7 @@ impl KubeProxyConfiguration {
                 for pair in list() {
                     let (k, b) = pair
                         .split_once('=')
-                        .ok_or_else(|| format!("{pair:?}: must be Gate=true|false"))?;
+                        .ok_or_else(|| GateError::Syntax { pair: pair.clone() })?;
                     let (gate, on) = (k.trim(), go_bool(b.trim())?);
                     super::gates::check(gate, on)?;
                     self.feature_gates.insert(gate.to_string(), on);
@@ -206,7 +208,7 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "ipvs-scheduler" => self.ipvs.scheduler = v.to_string(),
             "ipvs-sync-period" => self.ipvs.sync_period = dur(v)?,
@@ -220,9 +222,7 @@ impl KubeProxyConfiguration {
                 self.ipvs.graceful_termination_timeout = Some(dur(v)?)
             }
             "vip-binding" => {
-                let mode: crate::model::config::VipBinding = v
-                    .parse()
-                    .map_err(|e: crate::model::config::BadVipBinding| e.to_string())?;
+                let mode: crate::model::snapshot::config::VipBinding = v.parse()?;
                 self.ipvs.vip_binding = Some(mode.to_string());
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
@@ -233,7 +233,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `--iptables-*` and `--masquerade-all`.
-    fn apply_iptables_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_iptables_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "masquerade-all" => self.iptables.masquerade_all = go_bool(v)?,
             "iptables-masquerade-bit" => self.iptables.masquerade_bit = Some(int(v)?),
@@ -248,7 +248,7 @@ impl KubeProxyConfiguration {
     }
 
     /// The addresses the agent binds and serves on, and what its servers expose.
-    fn apply_server_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_server_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "bind-address" => self.bind_address = v.to_string(),
             "healthz-bind-address" => self.healthz_bind_address = v.to_string(),
@@ -266,13 +266,12 @@ impl KubeProxyConfiguration {
     }
 
     /// `--kubeconfig` and `--kube-api-*`: the connection to the API server.
-    fn apply_client_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_client_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "kubeconfig" => self.client_connection.kubeconfig = v.to_string(),
             "kube-api-content-type" => self.client_connection.content_type = v.to_string(),
             "kube-api-qps" => {
-                self.client_connection.qps =
-                    v.parse().map_err(|_| format!("{v:?} is not a number"))?
+                self.client_connection.qps = v.parse().map_err(|_| not_a(v, Expected::Number))?
             }
             "kube-api-burst" => self.client_connection.burst = int(v)?,
             _ => return Ok(false),
@@ -281,7 +280,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `--conntrack-*`.
-    fn apply_conntrack_flag(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+    fn apply_conntrack_flag(&mut self, flag: &str, v: &str) -> Result<bool, Problem> {
         match flag {
             "conntrack-max-per-core" => self.conntrack.max_per_core = Some(int(v)?),
             "conntrack-min" => self.conntrack.min = Some(int(v)?),
@@ -305,24 +304,25 @@ impl KubeProxyConfiguration {
         flag: &str,
         v: &str,
         list: &impl Fn() -> Vec<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Problem> {
         match flag {
             "v" => {
-                self.logging.verbosity = v
-                    .parse()
-                    .map_err(|_| format!("{v:?} is not a verbosity level"))?
+                self.logging.verbosity =
+                    v.parse().map_err(|_| not_a(v, Expected::VerbosityLevel))?
             }
             "logging-format" => {
                 if !matches!(v, "text" | "json") {
-                    return Err(format!("{v:?}: must be text or json"));
+                    return Err(Problem::UnknownLogFormat {
+                        format: v.to_string(),
+                    });
                 }
                 self.logging.format = v.to_string()
             }
             // The flag's entries come after the file's, so that they win (component-base
             // joins them the same way).
             "vmodule" => {
-                for (file_pattern, verbosity) in crate::logging::vmodule::parse(&list().join(","))?
-                {
+                let entries = crate::logging::vmodule::parse(&list().join(","))?;
+                for (file_pattern, verbosity) in entries {
                     self.logging.vmodule.push(VModule {
                         file_pattern,
                         verbosity,
@@ -345,19 +345,26 @@ impl KubeProxyConfiguration {
 }
 
 /// A Go duration (`30s`, `1m30s`).
-fn dur(v: &str) -> Result<GoDuration, String> {
-    GoDuration::parse(v)
+fn dur(v: &str) -> Result<GoDuration, Problem> {
+    GoDuration::parse(v).map_err(Problem::Duration)
+}
+
+/// `v` is not the `expected` kind of value.
+fn not_a(v: &str, expected: Expected) -> Problem {
+    Problem::NotA {
+        value: v.to_string(),
+        expected,
+    }
 }
 
 /// A 32-bit integer.
-fn int(v: &str) -> Result<i32, String> {
-    v.parse::<i32>()
-        .map_err(|_| format!("{v:?} is not an integer"))
+fn int(v: &str) -> Result<i32, Problem> {
+    v.parse::<i32>().map_err(|_| not_a(v, Expected::Integer))
 }
 
 /// A resource quantity as `resource.ParseQuantity` takes it: a decimal number and an optional
 /// suffix (`512`, `1K`, `2Ki`, `1.5M`, `3e3`).
-pub fn quantity(v: &str) -> Result<String, String> {
+pub fn quantity(v: &str) -> Result<String, Problem> {
     const SUFFIXES: &[&str] = &[
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
     ];
@@ -372,23 +379,23 @@ pub fn quantity(v: &str) -> Result<String, String> {
     if ok {
         Ok(v.to_string())
     } else {
-        Err(format!("{v:?} is not a quantity (512, 1K, 2Ki, 3M, ...)"))
+        Err(not_a(v, Expected::Quantity))
     }
 }
 
 /// Go's `strconv.ParseBool`.
-pub fn go_bool(v: &str) -> Result<bool, String> {
+pub fn go_bool(v: &str) -> Result<bool, Problem> {
     match v {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("{v:?} is not a boolean")),
+        _ => Err(not_a(v, Expected::Boolean)),
     }
 }
 
 /// The deprecated `--healthz-port`/`--metrics-port`: 0 disables the server, another port
 /// replaces the address's port.
-fn set_port(addr: &mut String, v: &str) -> Result<(), String> {
-    let port: u16 = v.parse().map_err(|_| format!("{v:?} is not a port"))?;
+fn set_port(addr: &mut String, v: &str) -> Result<(), Problem> {
+    let port: u16 = v.parse().map_err(|_| not_a(v, Expected::Port))?;
     if port == 0 {
         addr.clear();
         return Ok(());

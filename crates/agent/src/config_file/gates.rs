@@ -50,19 +50,57 @@ pub fn find(name: &str) -> Option<&'static Gate> {
     GATES.iter().find(|g| g.name == name)
 }
 
+/// Why kube-proxy refuses a feature gate's setting; the text is kube-proxy's own message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// A gate kube-proxy does not register.
+    #[error("unrecognized feature gate: {gate}")]
+    Unknown {
+        /// The gate's name as given.
+        gate: String,
+    },
+    /// A gate locked to its default, set to the other value.
+    #[error("cannot set feature gate {gate} to {value}, feature is locked to {}", !value)]
+    Locked {
+        /// The gate's name.
+        gate: String,
+        /// The value asked for (the gate is locked to the other one).
+        value: bool,
+    },
+    /// A gate registered for a later version.
+    #[error(
+        "cannot set feature gate {gate} to {value}, feature is PreAlpha at emulated version 1.37"
+    )]
+    PreAlpha {
+        /// The gate's name.
+        gate: String,
+        /// The value asked for.
+        value: bool,
+    },
+    /// A `--feature-gates` entry that is not `Gate=bool`.
+    #[error("{pair:?}: must be Gate=true|false")]
+    Syntax {
+        /// The entry as given.
+        pair: String,
+    },
+}
+
 /// Whether kube-proxy would accept `name=on`; the error is kube-proxy's own message.
-pub fn check(name: &str, on: bool) -> Result<&'static Gate, String> {
-    let gate = find(name).ok_or_else(|| format!("unrecognized feature gate: {name}"))?;
+pub fn check(name: &str, on: bool) -> Result<&'static Gate, GateError> {
+    let gate = find(name).ok_or_else(|| GateError::Unknown {
+        gate: name.to_string(),
+    })?;
     if gate.locked && gate.default != on {
-        return Err(format!(
-            "cannot set feature gate {name} to {on}, feature is locked to {}",
-            gate.default
-        ));
+        return Err(GateError::Locked {
+            gate: name.to_string(),
+            value: on,
+        });
     }
     if gate.stage == Stage::PreAlpha {
-        return Err(format!(
-            "cannot set feature gate {name} to {on}, feature is PreAlpha at emulated version 1.37"
-        ));
+        return Err(GateError::PreAlpha {
+            gate: name.to_string(),
+            value: on,
+        });
     }
     Ok(gate)
 }

@@ -22,41 +22,77 @@ pub enum Use {
     Prefix,
 }
 
+/// What is wrong with an interface name; the text is what the error log says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// `.` or `..`.
+    #[error("{name:?} is not an interface name")]
+    Dots {
+        /// The name.
+        name: String,
+    },
+    /// A character an interface name cannot hold.
+    #[error(
+        "{name:?} contains {c:?}, which an interface name cannot hold (no white space, control characters, '/', ':', '+' or quotes)"
+    )]
+    Char {
+        /// The name.
+        name: String,
+        /// The first such character.
+        c: char,
+    },
+    /// Longer than its use allows.
+    #[error("{name:?} is {} bytes long: an interface {} has at most {max}", name.len(), match usage {
+        Use::Name => "name",
+        Use::Prefix => "name prefix (the agent appends iptables' `+`)",
+    })]
+    TooLong {
+        /// The name.
+        name: String,
+        /// What it is used as.
+        usage: Use,
+        /// The longest it may be.
+        max: usize,
+    },
+    /// Starts with `!` or `-`, which iptables reads as a negation or an option.
+    #[error("{name:?} starts with {:?}, which iptables reads as a negation or an option", &name[..1])]
+    Leading {
+        /// The name.
+        name: String,
+    },
+}
+
 /// Checks `name` as an interface name (or prefix); the error says what is wrong with it.
-pub fn check(name: &str, usage: Use) -> Result<(), String> {
+pub fn check(name: &str, usage: Use) -> Result<(), NameError> {
     let max = match usage {
         Use::Name => MAX_NAME,
         Use::Prefix => MAX_NAME - 1,
     };
+    let name_ = || name.to_string();
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(NameError::Empty);
     }
     if name == "." || name == ".." {
-        return Err(format!("{name:?} is not an interface name"));
+        return Err(NameError::Dots { name: name_() });
     }
     if let Some(c) = name
         .chars()
         .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | ':' | '+' | '"' | '\''))
     {
-        return Err(format!(
-            "{name:?} contains {c:?}, which an interface name cannot hold (no white space, control characters, '/', ':', '+' or quotes)"
-        ));
+        return Err(NameError::Char { name: name_(), c });
     }
     if name.len() > max {
-        return Err(format!(
-            "{name:?} is {} bytes long: an interface {} has at most {max}",
-            name.len(),
-            match usage {
-                Use::Name => "name",
-                Use::Prefix => "name prefix (the agent appends iptables' `+`)",
-            }
-        ));
+        return Err(NameError::TooLong {
+            name: name_(),
+            usage,
+            max,
+        });
     }
     if name.starts_with(['!', '-']) {
-        return Err(format!(
-            "{name:?} starts with {:?}, which iptables reads as a negation or an option",
-            &name[..1]
-        ));
+        return Err(NameError::Leading { name: name_() });
     }
     Ok(())
 }
@@ -84,25 +120,39 @@ mod tests {
 
     #[test]
     fn hostile_names_are_refused_with_the_reason() {
-        for (name, says) in [
-            ("", "empty"),
-            ("cbr0 -j ACCEPT", "' '"),
-            ("cbr0\n-A KUBE-POSTROUTING -j ACCEPT", "'\\n'"),
-            ("cbr0\t", "'\\t'"),
-            ("a-name-of-16-byt", "16 bytes"),
-            ("x".repeat(300).as_str(), "300 bytes"),
-            (".", "not an interface name"),
-            ("..", "not an interface name"),
-            ("a/b", "'/'"),
-            ("eth0:1", "':'"),
-            ("veth+", "'+'"),
-            ("cbr0\"", "'\"'"),
-            ("cbr\u{0}0", "'\\0'"),
-            ("-j", "option"),
-            ("!cbr0", "negation"),
+        let char = |name: &str, c| NameError::Char {
+            name: name.into(),
+            c,
+        };
+        let long = |name: &str| NameError::TooLong {
+            name: name.into(),
+            usage: Use::Name,
+            max: 15,
+        };
+        let dots = |name: &str| NameError::Dots { name: name.into() };
+        let leading = |name: &str| NameError::Leading { name: name.into() };
+        let x300 = "x".repeat(300);
+        for (name, want) in [
+            ("", NameError::Empty),
+            ("cbr0 -j ACCEPT", char("cbr0 -j ACCEPT", ' ')),
+            (
+                "cbr0\n-A KUBE-POSTROUTING -j ACCEPT",
+                char("cbr0\n-A KUBE-POSTROUTING -j ACCEPT", '\n'),
+            ),
+            ("cbr0\t", char("cbr0\t", '\t')),
+            ("a-name-of-16-byt", long("a-name-of-16-byt")),
+            (x300.as_str(), long(&x300)),
+            (".", dots(".")),
+            ("..", dots("..")),
+            ("a/b", char("a/b", '/')),
+            ("eth0:1", char("eth0:1", ':')),
+            ("veth+", char("veth+", '+')),
+            ("cbr0\"", char("cbr0\"", '"')),
+            ("cbr\u{0}0", char("cbr\u{0}0", '\0')),
+            ("-j", leading("-j")),
+            ("!cbr0", leading("!cbr0")),
         ] {
-            let e = check(name, Use::Name).unwrap_err();
-            assert!(e.contains(says), "{name:?}: {e}");
+            assert_eq!(check(name, Use::Name), Err(want), "{name:?}");
         }
     }
 
@@ -110,7 +160,17 @@ mod tests {
     fn a_prefix_leaves_room_for_the_wildcard() {
         assert_eq!(check("fifteen_bytes_x", Use::Name), Ok(()));
         let e = check("fifteen_bytes_x", Use::Prefix).unwrap_err();
-        assert!(e.contains("at most 14"), "{e}");
+        assert!(
+            matches!(
+                e,
+                NameError::TooLong {
+                    usage: Use::Prefix,
+                    max: 14,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
         assert!(check("veth -j ACCEPT", Use::Prefix).is_err());
     }
 }

@@ -17,7 +17,19 @@
 //!
 //! [`load`] runs them all. [`KubeProxyConfiguration::to_yaml`] writes the effective
 //! configuration back (`--write-config-to`), [`KubeProxyConfiguration::to_proxy_config`]
-//! builds the model's [`ProxyConfig`](crate::model::config::ProxyConfig).
+//! builds the model's [`ProxyConfig`](crate::model::snapshot::config::ProxyConfig).
+//!
+//! # Layout
+//! - `types`: the v1alpha1 `KubeProxyConfiguration` type, every field of it.
+//! - `codec`: the file's text into the type, and the effective configuration back to text.
+//! - `defaults`: v1alpha1's defaulting and the platform defaults.
+//! - [`flags`]: command-line flags over the file.
+//! - `validate`: kube-proxy's validation; `error`: its errors, each naming the field's path.
+//! - `fields`: what kube-proxy-ipvs does with each field ([`FIELDS`]).
+//! - `effective`: what the rest of the agent reads from a loaded configuration.
+//! - [`duration`]: Go's `time.Duration` text form; [`gates`]: the feature gates;
+//!   [`interface`]: interface names; `oom`: the process's `oomScoreAdj`.
+//! - `tests`: the pipeline, step by step, against files.
 
 pub mod duration;
 pub mod flags;
@@ -32,6 +44,7 @@ pub mod interface;
 mod oom;
 mod types;
 mod validate;
+mod warning;
 
 #[cfg(test)]
 mod tests;
@@ -40,7 +53,7 @@ use std::path::Path;
 
 pub use codec::Decoding;
 pub use duration::{GoDuration, TimeOrDuration};
-pub use error::{Error, FieldError, FieldErrors};
+pub use error::{Error, Expected, FieldError, FieldErrors, Number, Problem};
 pub use fields::{FIELDS, Field, Support};
 pub use flags::FlagOverrides;
 pub use oom::write_oom_score_adj;
@@ -49,6 +62,7 @@ pub use types::{
     LoggingOptions, NfTables, OutputRouting, VModule, Winkernel,
 };
 pub use validate::{parse_cidr, parse_host_port};
+pub use warning::Warning;
 
 use defaults::append_port;
 
@@ -70,7 +84,7 @@ pub struct Loaded {
     pub config: KubeProxyConfiguration,
     /// Warnings to log once at start (unknown fields, ignored fields, flags overriding the
     /// file).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 /// Reads `file` (when given), applies the defaults and the explicit `flags`, validates and
@@ -92,10 +106,7 @@ pub fn load(
         None => (KubeProxyConfiguration::empty(), Vec::new()),
     };
     if config.mode.is_empty() && file.is_some() && flags.get("proxy-mode").is_none() {
-        warnings.push(
-            "mode: empty (kube-proxy would run iptables mode); kube-proxy-ipvs runs ipvs mode"
-                .to_string(),
-        );
+        warnings.push(Warning::EmptyMode);
     }
     config.apply_defaults();
     warnings.extend(config.apply_flags(flags, file.is_some())?);

@@ -5,21 +5,36 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use super::interface;
-use super::{API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration};
-use crate::model::cluster::Family;
+use super::{
+    API_VERSION, Error, FieldError, GoDuration, KIND, KubeProxyConfiguration, Number, Problem,
+};
+use crate::model::snapshot::cluster::Family;
+
+/// The field errors found so far.
+struct Errs(Vec<FieldError>);
+
+impl Errs {
+    fn add(&mut self, field: &str, message: impl Into<Problem>) {
+        self.0.push(FieldError::new(field, message));
+    }
+}
 
 impl KubeProxyConfiguration {
     /// kube-proxy's validation (`pkg/proxy/apis/config/validation`), for a defaulted
     /// configuration. Every error is reported, each naming its field.
     pub fn validate(&self) -> Result<(), Error> {
-        let mut errs = Vec::new();
-        let mut push = |field: &str, message: String| errs.push(FieldError::new(field, message));
+        let mut push = Errs(Vec::new());
 
         if self.api_version != API_VERSION {
-            push("apiVersion", format!("must be {API_VERSION}"));
+            push.add(
+                "apiVersion",
+                Problem::MustBe {
+                    expected: API_VERSION,
+                },
+            );
         }
         if self.kind != KIND {
-            push("kind", format!("must be {KIND}"));
+            push.add("kind", Problem::MustBe { expected: KIND });
         }
         self.check_modes(&mut push);
         self.check_conntrack(&mut push);
@@ -27,24 +42,21 @@ impl KubeProxyConfiguration {
         self.check_addresses(&mut push);
         self.check_node_and_detection(&mut push);
         self.check_logging(&mut push);
-        if errs.is_empty() {
+        if push.0.is_empty() {
             Ok(())
         } else {
-            Err(Error::invalid(errs))
+            Err(Error::invalid(push.0))
         }
     }
 
     /// The per-mode sections: `iptables` in every mode, as kube-proxy does, `ipvs` and
     /// `nftables` in theirs.
-    fn check_modes(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_modes(&self, push: &mut Errs) {
         // IPTables is validated in every mode, as kube-proxy does.
         if let Some(bit) = self.iptables.masquerade_bit
             && !(0..=31).contains(&bit)
         {
-            push(
-                "iptables.masqueradeBit",
-                format!("{bit}: must be within the range [0, 31]"),
-            );
+            push.add("iptables.masqueradeBit", bit_out_of_range(bit));
         }
         check_periods(
             "iptables",
@@ -68,25 +80,24 @@ impl KubeProxyConfiguration {
             }
             for (i, c) in self.ipvs.exclude_cidrs.iter().enumerate() {
                 if let Err(m) = parse_cidr(c) {
-                    push(&format!("ipvs.excludeCIDRs[{i}]"), m);
+                    push.add(&format!("ipvs.excludeCIDRs[{i}]"), m);
                 }
             }
             for (i, s) in self.ipvs.allowed_schedulers.iter().enumerate() {
-                if !crate::model::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
-                    push(
+                if !crate::model::desired::scheduler::LOADED_UNDER_LOCK.contains(&s.as_str()) {
+                    push.add(
                         &format!("ipvs.allowedSchedulers[{i}]"),
-                        format!(
-                            "{s:?}: only the schedulers IPVS would load under its lock need allowing ({})",
-                            crate::model::scheduler::LOADED_UNDER_LOCK.join(", ")
-                        ),
+                        Problem::NotLoadedUnderLock {
+                            scheduler: s.clone(),
+                        },
                     );
                 }
             }
             let s = &self.ipvs.scheduler;
             if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                push(
+                push.add(
                     "ipvs.scheduler",
-                    format!("{s:?} is not an IPVS scheduler name"),
+                    Problem::NotASchedulerName { name: s.clone() },
                 );
             }
         }
@@ -94,10 +105,7 @@ impl KubeProxyConfiguration {
             if let Some(bit) = self.nftables.masquerade_bit
                 && !(0..=31).contains(&bit)
             {
-                push(
-                    "nftables.masqueradeBit",
-                    format!("{bit}: must be within the range [0, 31]"),
-                );
+                push.add("nftables.masqueradeBit", bit_out_of_range(bit));
             }
             check_periods(
                 "nftables",
@@ -109,7 +117,7 @@ impl KubeProxyConfiguration {
     }
 
     /// `conntrack`: counts and timeouts not negative.
-    fn check_conntrack(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_conntrack(&self, push: &mut Errs) {
         let ct = &self.conntrack;
         for (name, v) in [
             ("conntrack.maxPerCore", ct.max_per_core),
@@ -118,7 +126,12 @@ impl KubeProxyConfiguration {
             if let Some(v) = v
                 && v < 0
             {
-                push(name, format!("{v}: must be greater than or equal to 0"));
+                push.add(
+                    name,
+                    Problem::Negative {
+                        got: Some(Number::Int(v.into())),
+                    },
+                );
             }
         }
         for (name, d) in [
@@ -138,78 +151,85 @@ impl KubeProxyConfiguration {
     }
 
     /// The mode's name, the client's burst, `oomScoreAdj` and `configSyncPeriod`.
-    fn check_process(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_process(&self, push: &mut Errs) {
         if !matches!(self.mode.as_str(), "" | "iptables" | "ipvs" | "nftables") {
-            push(
+            push.add(
                 "mode",
-                format!(
-                    "{:?}: must be iptables, ipvs, nftables or blank (blank means the best-available proxy)",
-                    self.mode
-                ),
+                Problem::UnknownMode {
+                    mode: self.mode.clone(),
+                },
             );
         }
         if self.client_connection.burst < 0 {
-            push(
+            push.add(
                 "clientConnection.burst",
-                format!(
-                    "{}: must be greater than or equal to 0",
-                    self.client_connection.burst
-                ),
+                Problem::Negative {
+                    got: Some(Number::Int(self.client_connection.burst.into())),
+                },
             );
         }
         if let Some(v) = self.oom_score_adj
             && !(-1000..=1000).contains(&v)
         {
-            push(
+            push.add(
                 "oomScoreAdj",
-                format!("{v}: must be within the range [-1000, 1000]"),
+                Problem::OutOfRange {
+                    got: Some(v.into()),
+                    min: -1000,
+                    max: 1000,
+                },
             );
         }
         if self.config_sync_period.as_nanos() <= 0 {
-            push(
+            push.add(
                 "configSyncPeriod",
-                format!("{}: must be greater than 0", self.config_sync_period),
+                Problem::NotPositive {
+                    got: self.config_sync_period,
+                },
             );
         }
     }
 
     /// Bind addresses, `clusterCIDR`, `portRange` and `nodePortAddresses`.
-    fn check_addresses(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_addresses(&self, push: &mut Errs) {
         if self.bind_address.parse::<IpAddr>().is_err() {
-            push(
+            push.add(
                 "bindAddress",
-                format!("{:?}: must be a valid IP address", self.bind_address),
+                Problem::NotAnIp {
+                    value: self.bind_address.clone(),
+                },
             );
         }
         if !self.healthz_bind_address.is_empty()
             && let Err(m) = parse_host_port(&self.healthz_bind_address)
         {
-            push("healthzBindAddress", m);
+            push.add("healthzBindAddress", m);
         }
         if !self.metrics_bind_address.is_empty()
             && let Err(m) = parse_host_port(&self.metrics_bind_address)
         {
-            push("metricsBindAddress", m);
+            push.add("metricsBindAddress", m);
         }
         if let Err(m) = self.cluster_cidrs() {
-            push("clusterCIDR", m);
+            push.add("clusterCIDR", m);
         }
         if let Err(m) = parse_port_range(&self.port_range) {
-            push("portRange", m);
+            push.add("portRange", m);
         }
         let npa = &self.node_port_addresses;
         for (i, a) in npa.iter().enumerate() {
             match a.as_str() {
-                "primary" if npa.len() > 1 => push(
-                    &format!("nodePortAddresses[{i}]"),
-                    "\"primary\" cannot be combined with CIDRs".into(),
-                ),
+                "primary" if npa.len() > 1 => {
+                    push.add(&format!("nodePortAddresses[{i}]"), Problem::PrimaryNotAlone)
+                }
                 "primary" | "all" | "localhost" => {}
                 cidr => {
-                    if let Err(m) = parse_cidr(cidr) {
-                        push(
+                    if parse_cidr(cidr).is_err() {
+                        push.add(
                             &format!("nodePortAddresses[{i}]"),
-                            format!("{m} (nor primary, all or localhost)"),
+                            Problem::NotANodePortAddress {
+                                value: cidr.to_string(),
+                            },
                         );
                     }
                 }
@@ -219,16 +239,16 @@ impl KubeProxyConfiguration {
 
     /// `showHiddenMetricsForVersion`, local traffic detection with its interface names, and
     /// `hostnameOverride`.
-    fn check_node_and_detection(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_node_and_detection(&self, push: &mut Errs) {
         let v = &self.show_hidden_metrics_for_version;
         if !v.is_empty() {
             let ok = v
                 .split_once('.')
                 .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
             if !ok {
-                push(
+                push.add(
                     "showHiddenMetricsForVersion",
-                    format!("{v:?}: must be <major>.<minor>, e.g. 1.33"),
+                    Problem::NotAVersion { value: v.clone() },
                 );
             }
         }
@@ -236,25 +256,29 @@ impl KubeProxyConfiguration {
             "" | "ClusterCIDR" | "NodeCIDR" => {}
             "BridgeInterface" => {
                 if self.detect_local.bridge_interface.is_empty() {
-                    push(
+                    push.add(
                         "detectLocal.bridgeInterface",
-                        "must not be empty when detectLocalMode is BridgeInterface".into(),
+                        Problem::EmptyForMode {
+                            mode: "BridgeInterface",
+                        },
                     );
                 }
             }
             "InterfaceNamePrefix" => {
                 if self.detect_local.interface_name_prefix.is_empty() {
-                    push(
+                    push.add(
                         "detectLocal.interfaceNamePrefix",
-                        "must not be empty when detectLocalMode is InterfaceNamePrefix".into(),
+                        Problem::EmptyForMode {
+                            mode: "InterfaceNamePrefix",
+                        },
                     );
                 }
             }
-            other => push(
+            other => push.add(
                 "detectLocalMode",
-                format!(
-                    "{other:?}: supported values: \"ClusterCIDR\", \"NodeCIDR\", \"BridgeInterface\", \"InterfaceNamePrefix\", \"\""
-                ),
+                Problem::UnknownDetectLocalMode {
+                    mode: other.to_string(),
+                },
             ),
         }
         // Any name that is set, whatever the mode: it reaches the iptables-restore input as
@@ -274,43 +298,41 @@ impl KubeProxyConfiguration {
             if !name.is_empty()
                 && let Err(m) = interface::check(name, usage)
             {
-                push(field, m);
+                push.add(field, m);
             }
         }
         if !self.hostname_override.is_empty() && self.hostname_override.trim().is_empty() {
-            push("hostnameOverride", "must not be only white space".into());
+            push.add("hostnameOverride", Problem::OnlyWhiteSpace);
         }
     }
 
     /// `logging`.
-    fn check_logging(&self, push: &mut impl FnMut(&str, String)) {
+    fn check_logging(&self, push: &mut Errs) {
         if !matches!(self.logging.format.as_str(), "" | "text" | "json") {
-            push(
+            push.add(
                 "logging.format",
-                format!("{:?}: must be text or json", self.logging.format),
+                Problem::UnknownLogFormat {
+                    format: self.logging.format.clone(),
+                },
             );
         }
         if self.logging.flush_frequency.0.is_negative() {
-            push(
-                "logging.flushFrequency",
-                "must be greater than or equal to 0".into(),
-            );
+            push.add("logging.flushFrequency", Problem::Negative { got: None });
         }
         for (i, m) in self.logging.vmodule.iter().enumerate() {
             if m.file_pattern.is_empty() || m.file_pattern.contains([',', '=']) {
-                push(
+                push.add(
                     &format!("logging.vmodule[{i}].filePattern"),
-                    format!(
-                        "{:?}: must be a non-empty pattern without , or =",
-                        m.file_pattern
-                    ),
+                    Problem::BadFilePattern {
+                        pattern: m.file_pattern.clone(),
+                    },
                 );
             }
         }
     }
 
     /// Splits `clusterCIDR`: at most two CIDRs, and two only as a dual-stack pair.
-    pub fn cluster_cidrs(&self) -> Result<Vec<IpNet>, String> {
+    pub fn cluster_cidrs(&self) -> Result<Vec<IpNet>, Problem> {
         if self.cluster_cidr.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -322,71 +344,90 @@ impl KubeProxyConfiguration {
         match cidrs.as_slice() {
             [_] => Ok(cidrs),
             [a, b] if Family::of(&a.addr()) != Family::of(&b.addr()) => Ok(cidrs),
-            [_, _] => Err(format!(
-                "{:?}: must be a valid DualStack CIDR (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)",
-                self.cluster_cidr
-            )),
-            _ => Err(format!(
-                "{:?}: only one CIDR allowed or a valid DualStack CIDR (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)",
-                self.cluster_cidr
-            )),
+            [_, _] => Err(Problem::NotDualStack {
+                value: self.cluster_cidr.clone(),
+            }),
+            _ => Err(Problem::TooManyCidrs {
+                value: self.cluster_cidr.clone(),
+            }),
         }
     }
 }
 
-fn check_periods(
-    section: &str,
-    sync: GoDuration,
-    min: GoDuration,
-    push: &mut impl FnMut(&str, String),
-) {
+fn check_periods(section: &str, sync: GoDuration, min: GoDuration, push: &mut Errs) {
     if sync.as_nanos() <= 0 {
-        push(
+        push.add(
             &format!("{section}.syncPeriod"),
-            format!("{sync}: must be greater than 0"),
+            Problem::NotPositive { got: sync },
         );
     }
     if min.is_negative() {
-        push(
+        push.add(
             &format!("{section}.minSyncPeriod"),
-            format!("{min}: must be greater than or equal to 0"),
+            Problem::Negative {
+                got: Some(Number::Duration(min)),
+            },
         );
     } else if min > sync {
-        push(
+        push.add(
             &format!("{section}.minSyncPeriod"),
-            format!("{min}: must be less than or equal to {section}.syncPeriod ({sync})"),
+            Problem::AboveLimit {
+                got: min,
+                limit_field: format!("{section}.syncPeriod"),
+                limit: sync,
+            },
         );
     }
 }
 
-fn non_negative(name: &str, d: GoDuration, push: &mut impl FnMut(&str, String)) {
+/// A masquerade bit outside [0, 31].
+fn bit_out_of_range(bit: i32) -> Problem {
+    Problem::OutOfRange {
+        got: Some(bit.into()),
+        min: 0,
+        max: 31,
+    }
+}
+
+fn non_negative(name: &str, d: GoDuration, push: &mut Errs) {
     if d.is_negative() {
-        push(name, format!("{d}: must be greater than or equal to 0"));
+        push.add(
+            name,
+            Problem::Negative {
+                got: Some(Number::Duration(d)),
+            },
+        );
     }
 }
 
 /// A CIDR as Go's `net.ParseCIDR` takes it (host bits may be set); a bare address is refused.
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .map_err(|_| format!("{s:?} is not a valid CIDR (e.g. 10.0.0.0/8)"))
+pub fn parse_cidr(s: &str) -> Result<IpNet, Problem> {
+    s.parse::<IpNet>().map_err(|_| Problem::NotACidr {
+        value: s.to_string(),
+    })
 }
 
 /// `IP:port`, IPv6 in brackets, port 1..=65535.
-pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
-    let addr: SocketAddr = s.parse().map_err(|_| format!("{s:?}: must be IP:port"))?;
+pub fn parse_host_port(s: &str) -> Result<SocketAddr, Problem> {
+    let value = || s.to_string();
+    let addr: SocketAddr = s
+        .parse()
+        .map_err(|_| Problem::NotHostPort { value: value() })?;
     if addr.port() == 0 {
-        return Err(format!("{s:?}: must be a valid port (1-65535)"));
+        return Err(Problem::PortZero { value: value() });
     }
     Ok(addr)
 }
 
 /// `utilnet.ParsePortRange`: empty, `low-high` or `base+size`.
-fn parse_port_range(s: &str) -> Result<(), String> {
+fn parse_port_range(s: &str) -> Result<(), Problem> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(());
     }
-    let bad = || format!("{s:?}: must be a valid port range (e.g. 300-2000)");
+    let bad = || Problem::NotAPortRange {
+        value: s.to_string(),
+    };
     let (low, high) = if let Some((a, b)) = s.split_once('-') {
         let a: u32 = a.parse().map_err(|_| bad())?;
         let b: u32 = b.parse().map_err(|_| bad())?;

@@ -23,8 +23,8 @@ use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProto
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_NETFILTER};
 use tracing::debug;
 
-use crate::model::cluster::{Family, Protocol};
-use crate::model::conntrack::ConntrackFilter;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The first netlink message type that is not netlink's own (`NLMSG_MIN_TYPE`).
 const NLMSG_MIN_TYPE: u16 = 0x10;

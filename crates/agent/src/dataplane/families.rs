@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-use crate::model::cluster::Family;
+use crate::model::snapshot::cluster::Family;
 
 use super::iptables::Backend;
 

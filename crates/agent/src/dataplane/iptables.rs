@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::model::cluster::Family;
-use crate::model::iptables::JUMPS;
+use crate::model::desired::iptables::JUMPS;
 use crate::model::kernel::{Jump, Rules, Table};
+use crate::model::snapshot::cluster::Family;
 
 use super::Error;
 
@@ -52,7 +52,7 @@ impl Backend {
         };
         let (backend, warning) = pick(&legacy, &nft, plain_is_legacy)?;
         if let Some(warning) = warning {
-            tracing::warn!("{warning}");
+            tracing::warn!(warning = warning.kind(), "{warning}");
         }
         Ok(backend)
     }
@@ -114,6 +114,51 @@ impl Listing {
     }
 }
 
+/// Why the iptables backend cannot be picked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PickError {
+    /// Legacy tables exist but `iptables-legacy-save` cannot read them.
+    #[error(
+        "{program} failed: {message}: this node has iptables-legacy tables ({}) that the agent \
+         cannot read, so it cannot tell which iptables backend the node uses; on an \
+         iptables-legacy node the agent needs uid 0, CAP_NET_ADMIN and CAP_NET_RAW",
+        .tables.join(", ")
+    )]
+    LegacyUnreadable {
+        /// The tool that failed (`iptables-legacy-save`).
+        program: String,
+        /// Its error output.
+        message: String,
+        /// The legacy tables of the namespace.
+        tables: Vec<String>,
+    },
+}
+
+/// Why the iptables backend picked is a guess, to log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PickWarning {
+    /// Not even the list of legacy tables can be read (not uid 0).
+    #[error(
+        "cannot read the iptables-legacy rules ({message}), so the iptables backend is a \
+         guess; if this node uses iptables-legacy, run the agent as uid 0 (with CAP_NET_ADMIN \
+         and CAP_NET_RAW, see deploy/README.md)"
+    )]
+    Guess {
+        /// `iptables-legacy-save`'s error output.
+        message: String,
+    },
+}
+
+impl PickWarning {
+    /// The variant's name in kebab-case, a stable machine key for the log (`warning=`),
+    /// unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PickWarning::Guess { .. } => "iptables-backend-guess",
+        }
+    }
+}
+
 /// Picks the backend from what each one's `iptables-save` showed (see [`Backend::detect`]),
 /// with a warning to log when the choice is a guess.
 ///
@@ -127,7 +172,7 @@ pub fn pick(
     legacy: &Listing,
     nft: &Listing,
     plain_is_legacy: impl FnOnce() -> bool,
-) -> Result<(Backend, Option<String>), Error> {
+) -> Result<(Backend, Option<PickWarning>), PickError> {
     let mut warning = None;
     let counts = |l: &Listing| match l {
         Listing::Rules { canary, rules } => (*canary, *rules),
@@ -139,24 +184,17 @@ pub fn pick(
     {
         match tables {
             Some(tables) if !tables.is_empty() => {
-                return Err(Error::Tool {
+                return Err(PickError::LegacyUnreadable {
                     program: Backend::Legacy.tool(Family::V4, "save"),
-                    message: format!(
-                        "{message}: this node has iptables-legacy tables ({}) that the agent \
-                         cannot read, so it cannot tell which iptables backend the node uses; \
-                         on an iptables-legacy node the agent needs uid 0, CAP_NET_ADMIN and \
-                         CAP_NET_RAW",
-                        tables.join(", ")
-                    ),
+                    message: message.clone(),
+                    tables: tables.clone(),
                 });
             }
             Some(_) => {}
             None => {
-                warning = Some(format!(
-                    "cannot read the iptables-legacy rules ({message}), so the iptables backend \
-                     is a guess; if this node uses iptables-legacy, run the agent as uid 0 \
-                     (with CAP_NET_ADMIN and CAP_NET_RAW, see deploy/README.md)"
-                ));
+                warning = Some(PickWarning::Guess {
+                    message: message.clone(),
+                });
             }
         }
     }
@@ -376,10 +414,13 @@ mod tests {
         let empty = Listing::of("");
         // uid 0 without CAP_NET_RAW on a node with legacy tables: an error naming the cap.
         let err = pick(&failed(Some(&["mangle", "nat"])), &empty, || false).unwrap_err();
-        let text = err.to_string();
         assert!(
-            text.contains("mangle, nat") && text.contains("CAP_NET_RAW"),
-            "{text}"
+            matches!(
+                &err,
+                PickError::LegacyUnreadable { program, tables, .. }
+                    if program == "iptables-legacy-save" && tables == &["mangle", "nat"]
+            ),
+            "{err:?}"
         );
         // No legacy table at all: nothing to read, no doubt.
         assert_eq!(
@@ -389,7 +430,12 @@ mod tests {
         // Not uid 0: the list of tables is unreadable too; a guess, with a warning.
         let (backend, warning) = pick(&failed(None), &empty, || false).unwrap();
         assert_eq!(backend, Backend::Nft);
-        assert!(warning.unwrap().contains("uid 0"));
+        assert_eq!(
+            warning,
+            Some(PickWarning::Guess {
+                message: "Permission denied (you must be root)".into()
+            })
+        );
         // The kubelet's canary in nf_tables settles it.
         let canary = Listing::of(":KUBE-IPTABLES-HINT - [0:0]\n");
         assert_eq!(

@@ -1,13 +1,13 @@
 //! Removes what kube-proxy's iptables and nftables modes left on the node (see
-//! [`crate::model::leftovers`] for what and why), once per family, at the agent's first
+//! [`crate::model::plan::leftovers`] for what and why), once per family, at the agent's first
 //! write of its rules.
 
 use std::process::Command;
 
 use tracing::{info, warn};
 
-use crate::model::cluster::Family;
-use crate::model::leftovers::{NFTABLES_MODE_TABLE, Sweep, nftables_mode_table, sweep};
+use crate::model::plan::leftovers::{NFTABLES_MODE_TABLE, Sweep, nftables_mode_table, sweep};
+use crate::model::snapshot::cluster::Family;
 
 use super::Error;
 use super::iptables::{self, Backend};

@@ -12,13 +12,13 @@ use super::conntrack::Cleaned;
 use super::host::{HostSetup, HostStep};
 use super::probe::ProbeFailure;
 use super::{Applied, Dataplane, Error, Observation, RealServers, Traffic};
-use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
-use crate::model::rolling::Part;
 
-pub use crate::model::shadow::Refusal;
+pub use crate::model::kernel::shadow::Refusal;
 
 /// The in-memory kernel.
 #[derive(Debug, Clone, Default)]

@@ -35,11 +35,11 @@ use futures::future::BoxFuture;
 
 use self::host::{HostSetup, HostStep};
 use self::probe::ProbeFailure;
-use crate::model::conntrack::ConntrackFilter;
 use crate::model::desired::Host;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
-use crate::model::rolling::Part;
 
 pub use crate::model::kernel::RealServers;
 
@@ -104,8 +104,8 @@ pub trait Dataplane {
     /// Reads the kernel state the agent manages.
     fn observe(&mut self) -> impl Future<Output = Result<Observation, Error>> + Send;
     /// Reads the kernel as [`Dataplane::observe`] does, but the real servers of only the
-    /// virtual servers `part` selects (the periodic pass, [`crate::model::rolling`]): the others
-    /// come back without real servers, their keys in the second value.
+    /// virtual servers `part` selects (the periodic pass, [`crate::model::kernel::rolling`]): the
+    /// others come back without real servers, their keys in the second value.
     fn observe_part(
         &mut self,
         part: &Part,
@@ -246,6 +246,9 @@ pub enum Error {
         /// Its error output.
         message: String,
     },
+    /// The iptables backend the node uses cannot be told.
+    #[error(transparent)]
+    Backend(#[from] iptables::PickError),
     /// A program gave up waiting for the xtables lock that another program holds (iptables
     /// exits with status 4, `RESOURCE_PROBLEM`, when its `-w` wait runs out): nothing was
     /// written, and the next sync tries again.
@@ -318,7 +321,10 @@ mod tests {
         assert_eq!(exists().errno(), Some(libc::EEXIST));
         let read = Error::request("list IPVS services", exists());
         assert_eq!(read.errno(), Some(libc::EEXIST));
-        assert_eq!(read.to_string(), "list IPVS services: already exists");
+        assert!(
+            matches!(&read, Error::Request { what, .. } if what == "list IPVS services"),
+            "{read:?}"
+        );
         assert!(read.ipvs().is_some_and(ipvs_netlink::Error::is_exists));
         let shared = Error::Shared(std::sync::Arc::new(read));
         assert_eq!(shared.errno(), Some(libc::EEXIST));
@@ -342,16 +348,13 @@ mod tests {
             failed: vec![(1, Error::NoLink), (7, Error::Refused)],
             messages: 2,
         };
-        let failed: Vec<(String, String)> = applied
-            .failures(&plan)
-            .map(|(op, e)| (op.to_string(), e.to_string()))
-            .collect();
-        assert_eq!(
-            failed,
-            [(
-                "bind 10.96.0.1".to_string(),
-                "kube-ipvs0 does not exist".to_string()
-            )]
+        let failed: Vec<(&Op, &Error)> = applied.failures(&plan).collect();
+        assert!(
+            matches!(
+                failed[..],
+                [(Op::AddAddress(ip), Error::NoLink)] if ip.to_string() == "10.96.0.1"
+            ),
+            "{failed:?}"
         );
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use tracing::{info, warn};
 
 /// Schedulers whose module registers per-namespace state when it loads.
-pub const LOAD_FIRST: &[&str] = crate::model::scheduler::LOADED_UNDER_LOCK;
+pub const LOAD_FIRST: &[&str] = crate::model::desired::scheduler::LOADED_UNDER_LOCK;
 
 /// Whether the module of IPVS scheduler `scheduler` is loaded (or built in): `/sys/module`
 /// lists both, `/proc/modules` the loaded ones when `/sys` is not mounted.

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::model::config::VipBinding;
+use crate::model::snapshot::config::VipBinding;
 
 /// The VIP bindings found on the node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::Health;
-use crate::model::cluster::{Family, ServiceRef};
 use crate::model::desired::HealthCheckAddresses;
-use crate::model::endpoints::HealthCheck;
+use crate::model::snapshot::cluster::{Family, ServiceRef};
+use crate::model::snapshot::endpoints::HealthCheck;
 use crate::web::{self, Request, Response};
 
 /// kube-proxy's body for a Service health check, byte for byte (tab-indented):

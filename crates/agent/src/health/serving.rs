@@ -57,7 +57,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cluster::Family;
+    use crate::model::snapshot::cluster::Family;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn t(secs: u64) -> SystemTime {

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use super::ProxyHealth;
-use crate::model::cluster::Family;
 use crate::model::plan::Op;
+use crate::model::snapshot::cluster::Family;
 use crate::sync::Report;
 
 /// system clock.

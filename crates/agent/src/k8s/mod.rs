@@ -3,7 +3,7 @@
 //! [`convert`] turns API objects (wherever they come from: the API server's watches of
 //! [`crate::source::api`] or the manifests of [`crate::source::manifests`], the two other
 //! modules that name k8s-openapi types, to decode them) into the validated types of
-//! [`crate::model::cluster`], so that nothing past the source sees an API type;
+//! [`crate::model::snapshot::cluster`], so that nothing past the source sees an API type;
 //! [`events`] records the agent's events on its Node and Services.
 
 pub mod convert;

@@ -1,7 +1,7 @@
 //! Kubernetes' JSON format (`--logging-format=json`, component-base's zap encoder):
 //!
 //! ```json
-//! {"ts":1732609547909.783,"caller":"sync.rs:88","msg":"synced","v":0,"ops":3}
+//! {"ts":1732609547909.783,"caller":"run_loop.rs:181","msg":"synced","v":0,"ops":3}
 //! ```
 //!
 //! `ts` is milliseconds since the epoch as a float, `caller` the file and line, `msg` the

@@ -1,7 +1,7 @@
 //! klog's text format (`--logging-format=text`, kube-proxy's default):
 //!
 //! ```text
-//! I1126 08:25:47.909783      12 sync.rs:88] "synced" ops=3 elapsed="1.2ms"
+//! I1126 08:25:47.909783      12 run_loop.rs:181] "synced" ops=3 elapsed="1.2ms"
 //! ```
 //!
 //! The severity letter (`I`, `W`, `E`), month and day, the time with microseconds (UTC), the
@@ -32,11 +32,17 @@ pub fn severity(level: &Level) -> char {
     }
 }
 
-/// The source file's name without its directories, as klog writes it.
+/// The source file's name without its directories, as klog writes it; a `mod.rs` keeps its
+/// folder (`manifests/mod.rs`), which alone names the module.
 pub fn caller(meta: &tracing::Metadata<'_>) -> String {
     let file = meta.file().unwrap_or("???");
-    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
-    format!("{base}:{}", meta.line().unwrap_or(0))
+    let mut parts = file.rsplit(['/', '\\']);
+    let base = parts.next().unwrap_or(file);
+    let line = meta.line().unwrap_or(0);
+    match parts.next() {
+        Some(folder) if base == "mod.rs" => format!("{folder}/{base}:{line}"),
+        _ => format!("{base}:{line}"),
+    }
 }
 
 impl<S, N> FormatEvent<S, N> for Klog

@@ -1,7 +1,8 @@
 //! The agent's log on standard error, written as kube-proxy's is: klog's text header
 //! (`--logging-format=text`, the default; [`klog`]) or Kubernetes' JSON ([`json`]), at
 //! kube-proxy's `-v` verbosity, with `--vmodule` patterns mapped onto our modules
-//! ([`vmodule`]). `RUST_LOG`, when set, replaces the `-v`/`--vmodule` filter.
+//! ([`vmodule`]). `RUST_LOG`, when set, replaces the `-v`/`--vmodule` filter. [`fields`]
+//! collects an event's message and pairs once, for either format to write.
 //!
 //! Verbosity: tracing's levels stand for klog's `-v` levels. kube-proxy logs its start-up and
 //! changes of state at 0, the details of each sync at 2 and each object's change at 4:
@@ -209,7 +210,7 @@ mod tests {
             );
             assert!(c[4].parse::<u32>().unwrap() < 24);
             assert_eq!(c[8].trim_start(), pid);
-            assert_eq!(&c[9], "mod.rs");
+            assert_eq!(&c[9], "logging/mod.rs");
             assert!(c[10].parse::<u32>().unwrap() > 0);
         }
         let rest: Vec<(&str, &str)> = parsed
@@ -253,7 +254,7 @@ mod tests {
             let ts = l["ts"].as_f64().unwrap();
             assert!((before..=after).contains(&ts), "ts {ts} in ms: {l}");
             let caller = l["caller"].as_str().unwrap();
-            assert!(caller.starts_with("mod.rs:"), "{l}");
+            assert!(caller.starts_with("logging/mod.rs:"), "{l}");
             let keys: Vec<&String> = l.as_object().unwrap().keys().collect();
             assert!(keys.contains(&&"msg".to_string()), "{l}");
         }

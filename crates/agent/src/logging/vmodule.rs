@@ -41,6 +41,7 @@ const MODULES: &[&str] = &[
     "source::api",
     "source::api::initial",
     "source::api::rate",
+    "source::api::store",
     "source::manifests",
     "sync",
     "sync::failures",
@@ -134,22 +135,50 @@ fn glob(pattern: &str, name: &str) -> bool {
     p[i..].iter().all(|&c| c == '*')
 }
 
+/// A `--vmodule` entry that is not `pattern=N`; the text is the error's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// No `=`.
+    #[error("{entry:?}: expected pattern=N")]
+    Syntax {
+        /// The entry.
+        entry: String,
+    },
+    /// `=N` with no pattern.
+    #[error("{entry:?}: the pattern is empty")]
+    EmptyPattern {
+        /// The entry.
+        entry: String,
+    },
+    /// `pattern=x`: not a number.
+    #[error("{entry:?}: {level:?} is not a verbosity level")]
+    Level {
+        /// The entry.
+        entry: String,
+        /// What stands for the level.
+        level: String,
+    },
+}
+
 /// Parses klog's `--vmodule` value: `pattern=N` entries separated by commas.
-pub fn parse(value: &str) -> Result<Vec<(String, u32)>, String> {
+pub fn parse(value: &str) -> Result<Vec<(String, u32)>, EntryError> {
     value
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .map(|entry| {
-            let (pattern, v) = entry
-                .split_once('=')
-                .ok_or_else(|| format!("{entry:?}: expected pattern=N"))?;
+            let (pattern, v) = entry.split_once('=').ok_or_else(|| EntryError::Syntax {
+                entry: entry.to_string(),
+            })?;
             if pattern.is_empty() {
-                return Err(format!("{entry:?}: the pattern is empty"));
+                return Err(EntryError::EmptyPattern {
+                    entry: entry.to_string(),
+                });
             }
-            let v = v
-                .parse::<u32>()
-                .map_err(|_| format!("{entry:?}: {v:?} is not a verbosity level"))?;
+            let v = v.parse::<u32>().map_err(|_| EntryError::Level {
+                entry: entry.to_string(),
+                level: v.to_string(),
+            })?;
             Ok((pattern.to_string(), v))
         })
         .collect()
@@ -204,9 +233,24 @@ mod tests {
 
     #[test]
     fn bad_entries_are_named() {
-        assert!(parse("sync").unwrap_err().contains("pattern=N"));
-        assert!(parse("=2").unwrap_err().contains("empty"));
-        assert!(parse("sync=x").unwrap_err().contains("\"x\""));
+        let entry = |e: &str| e.to_string();
+        assert_eq!(
+            parse("sync"),
+            Err(EntryError::Syntax {
+                entry: entry("sync")
+            })
+        );
+        assert_eq!(
+            parse("=2"),
+            Err(EntryError::EmptyPattern { entry: entry("=2") })
+        );
+        assert_eq!(
+            parse("sync=x"),
+            Err(EntryError::Level {
+                entry: entry("sync=x"),
+                level: entry("x")
+            })
+        );
         assert_eq!(parse("").unwrap(), []);
     }
 }

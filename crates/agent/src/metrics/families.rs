@@ -11,7 +11,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::{family_label, network_programming_buckets, process, sync_buckets};
-use crate::model::cluster::Family;
+use crate::model::snapshot::cluster::Family;
 
 /// `{ip_family}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -164,7 +164,7 @@ impl Families {
             }
         }
         // Every kind from the start, so that a rate over any of them is defined.
-        for kind in crate::model::drift::DriftKind::ALL {
+        for kind in crate::model::kernel::drift::DriftKind::ALL {
             let _ = f
                 .drift_repaired
                 .get_or_create(&KindLabels { kind: kind.label() });

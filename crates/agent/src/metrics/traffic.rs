@@ -104,8 +104,8 @@ impl prometheus_client::collector::Collector for Collector {
 }
 
 /// The protocol as a Service's port spells it.
-fn protocol_label(p: crate::model::cluster::Protocol) -> &'static str {
-    use crate::model::cluster::Protocol;
+fn protocol_label(p: crate::model::snapshot::cluster::Protocol) -> &'static str {
+    use crate::model::snapshot::cluster::Protocol;
     match p {
         Protocol::Tcp => "TCP",
         Protocol::Udp => "UDP",

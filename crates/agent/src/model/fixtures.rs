@@ -3,9 +3,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::cluster::*;
-use super::config::ProxyConfig;
-use super::desired::{Host, LocalAddress};
+use crate::model::desired::{Host, LocalAddress};
+use crate::model::snapshot::cluster::*;
+use crate::model::snapshot::config::ProxyConfig;
 
 pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -129,7 +129,7 @@ impl Eps {
     pub fn hinted(mut self, addr: &str, node: &str, zones: &[&str], nodes: &[&str]) -> Self {
         self = self.ready(addr, node);
         let ep = self.0.endpoints.last_mut().expect("just added");
-        ep.hints = Some(Box::new(crate::model::cluster::EndpointHints {
+        ep.hints = Some(Box::new(crate::model::snapshot::cluster::EndpointHints {
             zones: zones.iter().map(|z| z.to_string()).collect(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
         }));
@@ -198,11 +198,11 @@ pub fn kubernetes(node: &str) -> (Svc, Eps) {
 }
 
 /// The virtual servers a plan adds, as `address:port`, in order.
-pub fn added_vips(p: &super::plan::Plan) -> Vec<String> {
+pub fn added_vips(p: &crate::model::plan::Plan) -> Vec<String> {
     p.ops
         .iter()
         .filter_map(|op| match op {
-            super::plan::Op::AddService { key, .. } => {
+            crate::model::plan::Op::AddService { key, .. } => {
                 Some(format!("{}:{}", key.address, key.port))
             }
             _ => None,

@@ -1,28 +1,32 @@
 //! The pure part of the agent: cluster snapshot types, the desired kernel state and the plan
 //! that reaches it. Nothing here knows of tokio, kube or netlink; time and host facts are
 //! arguments, so every function is deterministic and tested as a table.
+//!
+//! # Layout
+//! - [`snapshot`]: what the model is given: the cluster snapshot ([`snapshot::cluster`]), the
+//!   configuration ([`snapshot::config`]) and the endpoints that receive traffic on this node
+//!   ([`snapshot::endpoints`]).
+//! - [`desired`]: the desired kernel state built from them: virtual servers and VIPs, the
+//!   KUBE-* ipsets ([`desired::sets`]) and iptables catalogue ([`desired::iptables`]), the
+//!   schedulers ([`desired::scheduler`]) and the stale UDP conntrack entries
+//!   ([`desired::conntrack`]).
+//! - [`kernel`]: the kernel state as plain data (desired or observed), and the agent's view of
+//!   the kernel: the shadow between reads, the rolling read of real servers, drift.
+//! - [`plan`]: the ordered operations from the observed to the desired state, their kinds, the
+//!   draining of removed real servers, the priority Services of a cold start, and the removal
+//!   of what other kube-proxy modes left.
+//! - [`incremental`]: one sync's computation: the desired state kept from sync to sync, what a
+//!   sync derives from the snapshot ([`incremental::computed`]) and what it looks at
+//!   ([`incremental::reach`]).
+//! - [`warning`]: what the model finds wrong and works around.
+//! - `fixtures` (tests): small builders of snapshots; `tests`: table-driven tests of the
+//!   desired state and the plan together.
 
-pub mod cluster;
-pub mod computed;
-pub mod config;
-pub mod conntrack;
 pub mod desired;
-pub mod drain;
-pub mod drift;
-pub mod endpoints;
 pub mod incremental;
-pub mod iptables;
 pub mod kernel;
-pub mod leftovers;
-pub mod op_kind;
 pub mod plan;
-pub mod priority;
-pub mod reach;
-pub mod rolling;
-pub mod scheduler;
-pub mod sets;
-pub mod shadow;
-pub mod sorted_map;
+pub mod snapshot;
 pub mod warning;
 
 #[cfg(test)]

@@ -3,15 +3,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::cluster::{Family, Protocol, ServiceType};
-use super::desired::{LocalAddress, desired};
-use super::fixtures::*;
-use super::kernel::{
+use crate::model::desired::sets;
+use crate::model::desired::{LocalAddress, desired};
+use crate::model::fixtures::*;
+use crate::model::kernel::{
     KernelState, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey,
 };
-use super::plan::{Op, plan};
-use super::sets;
-use super::warning::Warning;
+use crate::model::plan::{Op, plan};
+use crate::model::snapshot::cluster::{Family, Protocol, ServiceType};
+use crate::model::warning::Warning;
 
 fn key(addr: &str, protocol: Protocol, port: u16) -> VsKey {
     VsKey {
@@ -118,11 +118,11 @@ fn nodeport_addresses_limit_the_node_addresses() {
         vec![],
     );
     let mut h = host();
-    h.addresses.push(super::desired::LocalAddress {
+    h.addresses.push(crate::model::desired::LocalAddress {
         interface: "eth1".into(),
         address: ip("172.16.0.5"),
     });
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         nodeport_addresses: vec!["172.16.0.0/16".parse().unwrap()],
         ..config()
     };
@@ -157,12 +157,12 @@ fn nodeport_addresses_of_one_family_leave_the_other_on_all_its_addresses() {
         ("lo", "::1"),
         ("kube-ipvs0", "172.16.0.99"),
     ] {
-        h.addresses.push(super::desired::LocalAddress {
+        h.addresses.push(crate::model::desired::LocalAddress {
             interface: interface.into(),
             address: ip(address),
         });
     }
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         families: vec![Family::V4, Family::V6],
         nodeport_addresses: vec!["172.16.0.0/16".parse().unwrap()],
         ..config()
@@ -190,7 +190,7 @@ fn nodeport_addresses_of_one_family_leave_the_other_on_all_its_addresses() {
         Some(BTreeSet::from([ip("172.16.0.5")]))
     );
     assert_eq!(h.health_check_addresses(Family::V6, &cfg), None);
-    let local = super::config::ProxyConfig {
+    let local = crate::model::snapshot::config::ProxyConfig {
         nodeport_addresses: vec!["127.0.0.0/8".parse().unwrap(), "::/0".parse().unwrap()],
         ..cfg.clone()
     };
@@ -257,7 +257,7 @@ fn session_affinity_sets_persistence_and_mh_sets_the_port_and_fallback_flags() {
         vec![svc("sticky").cluster_ip("10.96.0.15").tcp(80).affinity(600)],
         vec![],
     );
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         scheduler: "mh".into(),
         ..config()
     };
@@ -313,7 +313,7 @@ fn dual_stack_uses_kube_6_sets() {
         ],
         vec![],
     );
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         families: vec![Family::V4, Family::V6],
         ..config()
     };
@@ -364,7 +364,7 @@ fn apply(state: &mut KernelState, ops: &[Op]) {
     *state = kernel.state;
 }
 
-fn web(endpoints: &[&str]) -> super::cluster::Cluster {
+fn web(endpoints: &[&str]) -> crate::model::snapshot::cluster::Cluster {
     let mut slice = eps("web", "", Protocol::Tcp, 8080);
     for e in endpoints {
         slice = slice.ready(e, "node-b");
@@ -471,15 +471,15 @@ fn a_set_of_the_wrong_type_is_left_alone_with_a_warning() {
     let mut kernel = KernelState::default();
     kernel.sets.insert(
         "KUBE-NODE-PORT-TCP".into(),
-        super::kernel::Set {
-            kind: super::kernel::SetKind::HashIp,
+        crate::model::kernel::Set {
+            kind: crate::model::kernel::SetKind::HashIp,
             family: Family::V4,
             entries: BTreeSet::new(),
         },
     );
     let p = plan(&want, &kernel, &[]);
     assert!(
-        matches!(&p.warnings[..], [Warning::SetKind { name, found: super::kernel::SetKind::HashIp, .. }] if name == "KUBE-NODE-PORT-TCP"),
+        matches!(&p.warnings[..], [Warning::SetKind { name, found: crate::model::kernel::SetKind::HashIp, .. }] if name == "KUBE-NODE-PORT-TCP"),
         "{:?}",
         p.warnings
     );
@@ -507,7 +507,7 @@ fn cleanup_removes_only_what_the_agent_owns() {
             connections: Default::default(),
         },
     );
-    let ops = super::plan::cleanup(&kernel, &[]).ops;
+    let ops = crate::model::plan::cleanup(&kernel, &[]).ops;
     assert!(ops.contains(&Op::DelService(key("10.96.0.10", Protocol::Tcp, 80))));
     assert!(!ops.contains(&Op::DelService(foreign)));
     assert!(ops.contains(&Op::DeleteLink));
@@ -552,13 +552,13 @@ fn nodeport_addresses_primary_and_node_cidr_come_from_the_node() {
         vec![],
     );
     let mut h = host();
-    h.addresses.push(super::desired::LocalAddress {
+    h.addresses.push(crate::model::desired::LocalAddress {
         interface: "eth1".into(),
         address: ip("172.16.0.5"),
     });
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         nodeport_primary: true,
-        local_detector: super::config::LocalDetector::NodeCidr(vec![]),
+        local_detector: crate::model::snapshot::config::LocalDetector::NodeCidr(vec![]),
         ..config()
     };
     // Without the Node: no NodePort anywhere.
@@ -568,7 +568,7 @@ fn nodeport_addresses_primary_and_node_cidr_come_from_the_node() {
         "{:?}",
         d.services.keys()
     );
-    c.node = Some(super::cluster::Node {
+    c.node = Some(crate::model::snapshot::cluster::Node {
         name: "node-a".into(),
         addresses: vec![ip("172.16.0.5")],
         pod_cidrs: vec!["10.244.7.0/24".parse().unwrap()],
@@ -617,7 +617,7 @@ fn load_balancer_source_ranges_fill_the_firewall_sets_and_filter_the_node() {
         .load_balancer("203.0.113.12");
     side.0.load_balancer_source_ranges = vec!["10.1.0.0/16".parse().unwrap()];
     let mut c = cluster(vec![s, open, mine, side], vec![]);
-    c.node = Some(super::cluster::Node {
+    c.node = Some(crate::model::snapshot::cluster::Node {
         name: "node-a".into(),
         addresses: vec![ip("192.168.1.10")],
         ..Default::default()
@@ -685,7 +685,7 @@ fn draining_case(
     if let Some((active, inactive)) = counts {
         have_vs
             .connections
-            .insert(gone, super::kernel::Connections { active, inactive });
+            .insert(gone, crate::model::kernel::Connections { active, inactive });
     }
     let mut want = KernelState::default();
     want.services.insert(k, want_vs);
@@ -725,7 +725,7 @@ fn removed_real_servers_drain_by_protocol_connections_and_bound() {
         } else {
             BTreeSet::new()
         };
-        let ops = super::plan::plan_draining(&want, &have, &[], &expired).ops;
+        let ops = crate::model::plan::plan_draining(&want, &have, &[], &expired).ops;
         let got = match ops.as_slice() {
             [] => "nothing",
             [Op::DelDestination { destination, .. }] if *destination == gone => "delete",
@@ -776,7 +776,7 @@ fn a_returning_endpoint_gets_its_weight_back_and_a_deleted_service_goes_at_once(
 
 #[test]
 fn the_drain_record_starts_clocks_keeps_them_and_forgets_what_is_gone() {
-    use super::drain::Draining;
+    use crate::model::plan::drain::Draining;
     let t0 = std::time::Instant::now();
     let bound = Duration::from_secs(600);
     let (want, have, k, gone) = draining_case(Protocol::Tcp, 0, None);
@@ -819,7 +819,7 @@ fn topology_hints_pick_endpoints_by_the_nodes_zone_label_and_node_name() {
     let vs_dests = |zone: Option<&str>, gate: bool| {
         let mut c = cluster(vec![svc("web").cluster_ip("10.96.0.10").tcp(80)], slices());
         c.node = Some(node_in(zone));
-        let cfg = super::config::ProxyConfig {
+        let cfg = crate::model::snapshot::config::ProxyConfig {
             prefer_same_node: gate,
             ..config()
         };
@@ -866,13 +866,14 @@ fn health_check_node_ports_count_local_ready_endpoints() {
                 .endpoint("10.244.0.3", "node-a", false, true, true),
         ],
     );
-    let hc = super::endpoints::health_checks(&c, "node-a", &[Family::V4, Family::V6]);
+    let hc =
+        crate::model::snapshot::endpoints::health_checks(&c, "node-a", &[Family::V4, Family::V6]);
     assert_eq!(
         hc,
-        vec![super::endpoints::HealthCheck {
+        vec![crate::model::snapshot::endpoints::HealthCheck {
             family: Family::V4,
             port: 32000,
-            service: super::cluster::ServiceRef::new("default", "lb"),
+            service: crate::model::snapshot::cluster::ServiceRef::new("default", "lb"),
             local_endpoints: 1,
         }]
     );
@@ -901,7 +902,7 @@ fn a_dual_stack_health_check_counts_each_familys_endpoints_apart() {
         ],
     );
     let counts = |families: &[Family]| -> Vec<(Family, usize)> {
-        super::endpoints::health_checks(&c, "node-a", families)
+        crate::model::snapshot::endpoints::health_checks(&c, "node-a", families)
             .into_iter()
             .map(|h| (h.family, h.local_endpoints))
             .collect()
@@ -918,7 +919,7 @@ fn a_dual_stack_health_check_counts_each_familys_endpoints_apart() {
 #[test]
 fn local_policies_without_local_endpoints_are_counted() {
     let mut itp = svc("itp").cluster_ip("10.96.0.60").tcp(80);
-    itp.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    itp.0.internal_traffic_policy = crate::model::snapshot::cluster::TrafficPolicy::Local;
     let etp = svc("etp")
         .cluster_ip("10.96.0.61")
         .tcp(80)
@@ -945,9 +946,9 @@ fn internal_local_without_local_endpoints_falls_back_only_when_externally_reacha
         .tcp(80)
         .node_port(30070)
         .etp_local();
-    reachable.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    reachable.0.internal_traffic_policy = crate::model::snapshot::cluster::TrafficPolicy::Local;
     let mut internal_only = svc("ci").cluster_ip("10.96.0.71").tcp(80);
-    internal_only.0.internal_traffic_policy = super::cluster::TrafficPolicy::Local;
+    internal_only.0.internal_traffic_policy = crate::model::snapshot::cluster::TrafficPolicy::Local;
     let c = cluster(
         vec![reachable, internal_only],
         vec![
@@ -970,7 +971,7 @@ fn node_ports_without_a_matching_node_address_leave_no_set_entry() {
         vec![np],
         vec![eps("np", "", Protocol::Tcp, 8080).ready("10.244.1.2", "node-b")],
     );
-    let cfg = super::config::ProxyConfig {
+    let cfg = crate::model::snapshot::config::ProxyConfig {
         nodeport_addresses: vec!["172.31.0.0/16".parse().unwrap()],
         ..config()
     };
@@ -994,7 +995,7 @@ fn node_ports_without_a_matching_node_address_leave_no_set_entry() {
 
 #[test]
 fn ipvs_sysctls_and_strict_arp() {
-    let plain = super::desired::sysctls(&config());
+    let plain = crate::model::desired::sysctls(&config());
     for key in [
         "net/ipv4/vs/conntrack",
         "net/ipv4/vs/expire_nodest_conn",
@@ -1005,7 +1006,7 @@ fn ipvs_sysctls_and_strict_arp() {
     }
     assert!(!plain.contains_key("net/ipv4/conf/all/arp_ignore"));
     assert!(!plain.contains_key("net/ipv4/vs/conn_reuse_mode"));
-    let strict = super::desired::sysctls(&super::config::ProxyConfig {
+    let strict = crate::model::desired::sysctls(&crate::model::snapshot::config::ProxyConfig {
         strict_arp: true,
         ..config()
     });
@@ -1025,7 +1026,7 @@ fn ipvs_sysctls_and_strict_arp() {
 
 #[test]
 fn conn_reuse_mode_follows_kube_proxys_kernel_rule() {
-    use super::config::{ConnReuse, KernelVersion, ProxyConfig};
+    use crate::model::snapshot::config::{ConnReuse, KernelVersion, ProxyConfig};
     let parse = |r: &str| KernelVersion::parse(r).unwrap_or_else(|| panic!("{r}"));
     assert_eq!(
         parse("6.1.0-56-cloud-amd64"),
@@ -1049,7 +1050,7 @@ fn conn_reuse_mode_follows_kube_proxys_kernel_rule() {
             kernel_version: KernelVersion::parse(release),
             ..config()
         };
-        super::desired::sysctls(&config)
+        crate::model::desired::sysctls(&config)
             .get("net/ipv4/vs/conn_reuse_mode")
             .cloned()
     };
@@ -1080,7 +1081,7 @@ fn conn_reuse_mode_follows_kube_proxys_kernel_rule() {
 /// restart, and leaves a foreign virtual server on a node address alone.
 #[test]
 fn a_takeover_deletes_what_kube_proxys_sets_prove_it_made() {
-    use super::kernel::{Set, SetKind};
+    use crate::model::kernel::{Set, SetKind};
     let empty = VirtualServer {
         scheduler: "rr".into(),
         sched_flags: 0,
@@ -1156,7 +1157,7 @@ fn a_takeover_deletes_what_kube_proxys_sets_prove_it_made() {
     let want = desired(&cluster(vec![], vec![]), &config(), &host()).state;
     for ops in [
         plan(&want, &kernel, &[]).ops,
-        super::plan::cleanup(&kernel, &[]).ops,
+        crate::model::plan::cleanup(&kernel, &[]).ops,
     ] {
         for k in &kube_proxys {
             assert!(ops.contains(&Op::DelService(*k)), "{k} stays");

@@ -1,9 +1,9 @@
 //! What the model finds wrong and works around: each a [`Warning`] the sync loop logs, which
 //! tests tell apart by variant, not by its text.
 
-use super::cluster::ServiceRef;
-use super::kernel::{SetKind, VsKey};
-use super::scheduler::Refusal;
+use crate::model::desired::scheduler::Refusal;
+use crate::model::kernel::{SetKind, VsKey};
+use crate::model::snapshot::cluster::ServiceRef;
 
 /// Something the desired state or the plan could not do as asked, and what it did instead.
 /// Its `Display` is the line the log shows.
@@ -43,4 +43,18 @@ pub enum Warning {
     /// A Service's own scheduler was refused: its virtual servers get the node's.
     #[error("Service {service}: {0}", service = .0.service)]
     SchedulerRefused(Refusal),
+}
+
+impl Warning {
+    /// The variant's name in kebab-case (`set-kind`), for a refused scheduler the refusal's
+    /// reason (`not-a-scheduler`, `loads-under-lock`): a stable machine key for the log
+    /// (`warning=`), unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Contested { .. } => "contested",
+            Warning::SetKind { .. } => "set-kind",
+            Warning::Diverged => "diverged",
+            Warning::SchedulerRefused(r) => r.why.kind(),
+        }
+    }
 }

@@ -4,12 +4,12 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use crate::dataplane::host;
-use crate::model::cluster::Cluster;
-use crate::model::config::ProxyConfig;
 use crate::model::desired::desired;
-use crate::model::iptables::restore_input;
+use crate::model::desired::iptables::restore_input;
 use crate::model::kernel::KernelState;
 use crate::model::plan::{self, Op};
+use crate::model::snapshot::cluster::Cluster;
+use crate::model::snapshot::config::ProxyConfig;
 
 /// Prints the plan from an empty kernel and the iptables-restore input, touching nothing.
 pub async fn dry_run(cluster: &Cluster, config: &ProxyConfig) -> anyhow::Result<ExitCode> {

@@ -10,8 +10,8 @@ use tracing::warn;
 use super::source::Snapshots;
 use super::tasks::Tasks;
 use crate::health::{Health, ServiceHealthServers};
-use crate::model::cluster::{Cluster, Family, ServiceRef};
 use crate::model::desired::HealthCheckAddresses;
+use crate::model::snapshot::cluster::{Cluster, Family, ServiceRef};
 
 /// What the health-check node ports follow.
 pub struct HealthCheckPorts {
@@ -99,7 +99,9 @@ impl Follower {
     /// be bound once per failing spell.
     fn sync(&mut self, cluster: Option<&Cluster>) {
         let wanted = cluster
-            .map(|c| crate::model::endpoints::health_checks(c, &self.node, &self.families))
+            .map(|c| {
+                crate::model::snapshot::endpoints::health_checks(c, &self.node, &self.families)
+            })
             .unwrap_or_default();
         let mut failing = BTreeSet::new();
         for (check, e) in self.servers.sync(&wanted) {

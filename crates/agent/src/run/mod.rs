@@ -26,8 +26,8 @@ use self::tasks::Tasks;
 use crate::cli::Settings;
 use crate::dataplane::kernel::Kernel;
 use crate::dataplane::{Dataplane, Observation, families};
-use crate::model::config::ProxyConfig;
 use crate::model::plan;
+use crate::model::snapshot::config::ProxyConfig;
 use crate::sync::Syncer;
 
 /// Runs the mode the command line asks for: `--write-config-to`, `--cleanup`, `--dry-run`,
@@ -106,7 +106,7 @@ async fn once(syncer: &mut Syncer<Kernel>, snapshots: &mut Snapshots) -> anyhow:
     let first = first_snapshot(snapshots).await?;
     let report = syncer.sync(&first, true).await?;
     for w in &report.warnings {
-        warn!("{w}");
+        warn!(warning = w.kind(), "{w}");
     }
     for (op, e) in report.applied.failures(&report.plan) {
         warn!(op = %op, error = %e, "operation failed");

@@ -17,11 +17,11 @@ use crate::config_file::KubeProxyConfiguration;
 use crate::dataplane::kernel::Kernel;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::model::cluster::Cluster;
-use crate::model::config::ProxyConfig;
 use crate::model::desired::HealthCheckAddresses;
+use crate::model::snapshot::cluster::Cluster;
+use crate::model::snapshot::config::ProxyConfig;
 use crate::source::api;
-use crate::sync::{self, Periods, Report, Syncer};
+use crate::sync::{self, Blocked, Periods, Report, Syncer};
 
 /// Runs the proxy until SIGTERM or Ctrl-C, its tasks on `tasks` (which the caller ends).
 pub async fn proxy(
@@ -126,8 +126,9 @@ impl Recorder<'_> {
 
     /// The kernel cannot be programmed at all (`Some`), or can again. The reason is logged by
     /// the loop; the public port only says 503.
-    fn blocked(&self, blocked: Option<&str>) {
-        self.health.set_blocked(blocked);
+    fn blocked(&self, blocked: Option<&Blocked>) {
+        self.health
+            .set_blocked(blocked.map(ToString::to_string).as_deref());
         self.metrics.set_blocked(blocked.is_some());
     }
 }
@@ -215,16 +216,18 @@ async fn count_changes_seen(mut changes: Snapshots, health: Health, metrics: Arc
 
 /// How many Services and EndpointSlices differ between two snapshots.
 fn count_changes(before: Option<&Cluster>, after: Option<&Cluster>) -> (u64, u64) {
-    use crate::model::cluster::ObjectMap;
+    use crate::model::snapshot::cluster::ObjectMap;
     fn diff<K: Ord + Clone, V: PartialEq>(
         a: Option<&ObjectMap<K, V>>,
         b: Option<&ObjectMap<K, V>>,
     ) -> u64 {
         let empty = ObjectMap::new();
         let mut n = 0;
-        crate::model::cluster::each_difference(a.unwrap_or(&empty), b.unwrap_or(&empty), |_, _| {
-            n += 1
-        });
+        crate::model::snapshot::cluster::each_difference(
+            a.unwrap_or(&empty),
+            b.unwrap_or(&empty),
+            |_, _| n += 1,
+        );
         n
     }
     (
@@ -250,16 +253,16 @@ async fn exit_on_config_change(path: PathBuf) {
 #[cfg(test)]
 mod tests {
     use super::count_changes;
-    use crate::model::cluster::{Cluster, EndpointSlice, Family, ServiceRef, SliceRef};
+    use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, ServiceRef, SliceRef};
 
     fn slice(name: &str, port: u16) -> EndpointSlice {
         EndpointSlice {
             name: name.into(),
             service: ServiceRef::new("default", "web"),
             family: Family::V4,
-            ports: vec![crate::model::cluster::EndpointPort {
+            ports: vec![crate::model::snapshot::cluster::EndpointPort {
                 name: String::new(),
-                protocol: crate::model::cluster::Protocol::Tcp,
+                protocol: crate::model::snapshot::cluster::Protocol::Tcp,
                 port,
             }],
             endpoints: vec![],

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::tasks::Tasks;
 use crate::cli::Settings;
-use crate::model::cluster::Cluster;
+use crate::model::snapshot::cluster::Cluster;
 use crate::source::{api, manifests};
 
 /// Snapshots of the cluster: `None` until the source has listed everything once.

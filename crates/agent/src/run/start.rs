@@ -11,9 +11,9 @@ use crate::dataplane::host::{HostSetup, HostStep};
 use crate::dataplane::kernel::Kernel;
 use crate::dataplane::probe::ProbeFailure;
 use crate::dataplane::{Dataplane, families, sysctl};
-use crate::model::config::{ConnReuse, KernelVersion, ProxyConfig};
 use crate::model::desired::sysctls;
 use crate::model::plan::{Op, Plan};
+use crate::model::snapshot::config::{ConnReuse, KernelVersion, ProxyConfig};
 
 /// The running kernel's version, with what that means for `conn_reuse_mode` logged.
 fn kernel_version() -> Option<KernelVersion> {

@@ -8,4 +8,4 @@
 pub mod api;
 pub mod manifests;
 
-pub use manifests::{Loaded, load, watch};
+pub use manifests::{Loaded, Rejection, load, watch};

@@ -4,7 +4,7 @@
 //!
 //! Connection counts come only with a read of the kernel (the shadow forgets them after each
 //! sync), and a periodic pass reads the real servers of some virtual servers alone
-//! ([`crate::model::rolling`]), so the others keep the counts they last had.
+//! ([`crate::model::kernel::rolling`]), so the others keep the counts they last had.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,12 +1,12 @@
 //! kube-proxy's `ConntrackCleanupRequired` in the loop: once the kernel holds the new real
 //! servers, the UDP conntrack entries answered by no serving endpoint are deleted, so their
-//! next datagram is scheduled afresh ([`crate::model::conntrack`] says which).
+//! next datagram is scheduled afresh ([`crate::model::desired::conntrack`] says which).
 
 use super::{Syncer, Warning};
 use crate::dataplane::Dataplane;
 use crate::dataplane::conntrack::Cleaned;
-use crate::model::conntrack::ConntrackFilter;
-use crate::model::reach::Reach;
+use crate::model::desired::conntrack::ConntrackFilter;
+use crate::model::incremental::reach::Reach;
 
 impl<D: Dataplane> Syncer<D> {
     /// Cleans the flows `filter` finds stale, for a sync that looked at `reach`; a failure is

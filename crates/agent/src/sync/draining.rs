@@ -1,4 +1,4 @@
-//! Graceful termination in the loop ([`crate::model::drain`] decides what drains): a sync of
+//! Graceful termination in the loop ([`crate::model::plan::drain`] decides what drains): a sync of
 //! changes that removes real servers first reads the connection counts of their virtual
 //! servers alone (as kube-proxy checks a real server's connections before deleting it), so an
 //! idle one goes in the same sync and a busy one is left at weight 0. A full sync has just
@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::Syncer;
 use crate::dataplane::{Dataplane, Error};
-use crate::model::drain::DestinationKey;
+use crate::model::incremental::reach::Reach;
 use crate::model::kernel::VsKey;
-use crate::model::reach::Reach;
+use crate::model::plan::drain::DestinationKey;
 
 /// The read of the connections of the real servers a sync of changes removes.
 #[derive(Debug, Default)]

@@ -55,7 +55,7 @@ impl Backoff {
 
 /// The failures of one sync, as `(what, error)` pairs: each failed operation, or the error
 /// that stopped the whole sync.
-pub type Failures = Vec<(String, String)>;
+pub type Failures = Vec<(String, Explained)>;
 
 /// How the failures of a sync compare with those of the previous one.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -72,13 +72,13 @@ pub struct FailureChanges {
 /// once, not at every retry.
 #[derive(Debug, Default)]
 pub struct FailureLog {
-    last: BTreeMap<String, String>,
+    last: BTreeMap<String, Explained>,
 }
 
 impl FailureLog {
     /// Records the failures of a sync and says what changed since the previous one.
     pub fn update(&mut self, now: Failures) -> FailureChanges {
-        let now: BTreeMap<String, String> = now.into_iter().collect();
+        let now: BTreeMap<String, Explained> = now.into_iter().collect();
         let mut changes = FailureChanges::default();
         for (what, error) in &now {
             if self.last.get(what) == Some(error) {
@@ -132,27 +132,100 @@ fn failure_key(op: &Op) -> String {
     }
 }
 
+/// The kernel's (or the tool's) error for an operation, with what it means when that is not
+/// obvious. The text is the log's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Explained {
+    /// The error speaks for itself: its own text.
+    #[error("{0}")]
+    Plain(String),
+    /// IPVS answered `ENOENT` to a virtual server: it cannot load the scheduler.
+    #[error(
+        "{error}: the kernel has no IPVS scheduler {scheduler:?} (is the module ip_vs_{scheduler} available?)"
+    )]
+    NoScheduler {
+        /// The kernel's answer.
+        error: String,
+        /// The scheduler the virtual server asked for.
+        scheduler: String,
+    },
+}
+
 /// The kernel's error for `op`, with what it means when that is not obvious: IPVS answers
 /// `ENOENT` to a virtual server whose scheduler it cannot load.
-fn explain(op: &Op, error: &Error) -> String {
+fn explain(op: &Op, error: &Error) -> Explained {
     match op {
         Op::AddService { service, .. } | Op::UpdateService { service, .. }
             if error.ipvs().and_then(ipvs_netlink::Error::errno) == Some(libc::ENOENT) =>
         {
-            let name = service.scheduler.to_string();
-            format!(
-                "{error}: the kernel has no IPVS scheduler {name:?} (is the module ip_vs_{name} available?)"
-            )
+            Explained::NoScheduler {
+                error: error.to_string(),
+                scheduler: service.scheduler.to_string(),
+            }
         }
-        _ => error.to_string(),
+        _ => Explained::Plain(error.to_string()),
     }
 }
+
+/// Why nothing at all can be programmed; the text is the `reason` logged and shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Blocked {
+    /// The rules could not be written.
+    #[error("{op}: {why}")]
+    Rules {
+        /// The operation.
+        op: String,
+        /// The kernel's or the tool's answer, explained.
+        why: Explained,
+    },
+    /// Every desired virtual server failed to be made.
+    #[error("no virtual server could be made ({failed} of {desired} failed), e.g. {op}: {why}")]
+    NoVirtualServer {
+        /// How many creations failed.
+        failed: usize,
+        /// How many virtual servers are desired.
+        desired: usize,
+        /// The first failed operation.
+        op: String,
+        /// The kernel's answer to it, explained.
+        why: Explained,
+    },
+    /// The sync itself failed: the kernel could not be read.
+    #[error(transparent)]
+    Sync(SyncError),
+}
+
+impl Blocked {
+    /// The variant's name in kebab-case, a stable machine key for the log (`blocked=`),
+    /// unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Blocked::Rules { .. } => "rules",
+            Blocked::NoVirtualServer { .. } => "no-virtual-server",
+            Blocked::Sync(_) => "sync",
+        }
+    }
+}
+
+/// The error that stopped a whole sync, shared; two are the same block when they read the
+/// same (the loop logs a block once, until it changes).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct SyncError(pub std::sync::Arc<Error>);
+
+impl PartialEq for SyncError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for SyncError {}
 
 /// Why the agent cannot program the kernel at all after a sync that read it (`full`), or
 /// `None` when it could program something: every desired virtual server is missing and its
 /// creation failed, or the rules could not be written (for another reason than the xtables
 /// lock held elsewhere). `desired` is the number of virtual servers the desired state holds.
-pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
+pub fn cannot_program(report: &Report, desired: usize) -> Option<Blocked> {
     if report.applied.failed.is_empty() {
         return None;
     }
@@ -163,7 +236,10 @@ pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
     if let Some((op, e)) = failed.iter().find(|(op, e)| {
         matches!(op, Op::WriteRules { .. }) && !matches!(e, Error::XtablesLocked { .. })
     }) {
-        return Some(format!("{op}: {}", explain(op, e)));
+        return Some(Blocked::Rules {
+            op: op.to_string(),
+            why: explain(op, e),
+        });
     }
     if !report.full || desired == 0 {
         return None;
@@ -175,11 +251,12 @@ pub fn cannot_program(report: &Report, desired: usize) -> Option<String> {
         .collect();
     if failed_adds.len() >= desired {
         let (op, e) = failed_adds[0];
-        return Some(format!(
-            "no virtual server could be made ({} of {desired} failed), e.g. {op}: {}",
-            failed_adds.len(),
-            explain(op, e)
-        ));
+        return Some(Blocked::NoVirtualServer {
+            failed: failed_adds.len(),
+            desired,
+            op: op.to_string(),
+            why: explain(op, e),
+        });
     }
     None
 }
@@ -211,9 +288,9 @@ mod tests {
 
     #[test]
     fn rules_another_program_keeps_locked_do_not_block_the_agent_but_other_failures_do() {
-        use crate::model::cluster::Family;
         use crate::model::kernel::Rules;
         use crate::model::plan::Plan;
+        use crate::model::snapshot::cluster::Family;
         let report = |e: Error| Report {
             full: true,
             plan: Plan {
@@ -236,12 +313,18 @@ mod tests {
                 .into(),
         });
         assert_eq!(cannot_program(&locked, 1), None);
-        let refused = report(Error::Tool {
+        let tool = Error::Tool {
             program: "iptables-legacy-restore".into(),
             message: "line 3 failed".into(),
-        });
-        let why = cannot_program(&refused, 1).expect("blocked");
-        assert!(why.contains("line 3 failed"), "{why}");
+        };
+        let why = Explained::Plain(tool.to_string());
+        let refused = report(tool);
+        let op = refused.plan.ops[0].to_string();
+        assert_eq!(
+            cannot_program(&refused, 1),
+            Some(Blocked::Rules { op, why }),
+            "the tool's own answer"
+        );
     }
 
     #[test]
@@ -250,7 +333,7 @@ mod tests {
         let op = Op::AddService {
             key: VsKey {
                 address: "10.96.0.10".parse().unwrap(),
-                protocol: crate::model::cluster::Protocol::Tcp,
+                protocol: crate::model::snapshot::cluster::Protocol::Tcp,
                 port: 80,
             },
             service: Box::new(VirtualServer {
@@ -258,28 +341,30 @@ mod tests {
                 ..VirtualServer::default()
             }),
         };
-        let hint =
-            "the kernel has no IPVS scheduler \"lblc\" (is the module ip_vs_lblc available?)";
+        let no_scheduler = |e: &Error| Explained::NoScheduler {
+            error: e.to_string(),
+            scheduler: "lblc".into(),
+        };
         let enoent = || Error::from(ipvs_netlink::Error::from_errno(libc::ENOENT));
-        assert_eq!(explain(&op, &enoent()), format!("not found: {hint}"));
+        assert_eq!(explain(&op, &enoent()), no_scheduler(&enoent()));
         // Shared by a batch that could not be sent, it is the same answer.
         let shared = Error::Shared(std::sync::Arc::new(enoent()));
-        assert!(explain(&op, &shared).ends_with(hint));
+        assert_eq!(explain(&op, &shared), no_scheduler(&shared));
         // ESRCH is also "not found" to the library, but not the scheduler's answer.
         let esrch = Error::from(ipvs_netlink::Error::from_errno(libc::ESRCH));
-        assert_eq!(explain(&op, &esrch), "not found");
+        assert_eq!(explain(&op, &esrch), Explained::Plain(esrch.to_string()));
         let einval = Error::from(ipvs_netlink::Error::from_errno(libc::EINVAL));
-        assert_eq!(explain(&op, &einval), einval.to_string());
+        assert_eq!(explain(&op, &einval), Explained::Plain(einval.to_string()));
         // An ENOENT from anything but IPVS is not about schedulers.
         let sysctl = Error::Sysctl {
             key: "net/ipv4/vs/conntrack".into(),
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         };
-        assert_eq!(explain(&op, &sysctl), sysctl.to_string());
+        assert_eq!(explain(&op, &sysctl), Explained::Plain(sysctl.to_string()));
     }
 
-    fn pair(what: &str, error: &str) -> (String, String) {
-        (what.to_string(), error.to_string())
+    fn pair(what: &str, error: &str) -> (String, Explained) {
+        (what.to_string(), Explained::Plain(error.to_string()))
     }
 
     #[test]
@@ -295,130 +380,5 @@ mod tests {
         assert_eq!(third.ended, vec!["add a".to_string()]);
         assert!(third.new.is_empty());
         assert_eq!(log.update(Vec::new()).ended, vec!["add b".to_string()]);
-    }
-}
-
-#[cfg(test)]
-mod loop_tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use tokio::sync::watch;
-
-    use super::super::{Periods, Syncer, run};
-    use crate::dataplane::memory::Memory;
-    use crate::model::cluster::Protocol;
-    use crate::model::fixtures::{cluster, config, eps, svc};
-
-    /// Runs the loop on two Services (10.96.0.10 and .11) for `secs` of paused time over a
-    /// kernel that refuses the operations containing one of `refuse`; returns the number of
-    /// syncs, the last `on_blocked` verdict and the kernel.
-    async fn run_for(
-        secs: u64,
-        refuse: &[&str],
-        unavailable: bool,
-    ) -> (usize, Vec<Option<String>>, Memory) {
-        let c = cluster(
-            vec![
-                svc("web").cluster_ip("10.96.0.10").tcp(80),
-                svc("api").cluster_ip("10.96.0.11").tcp(80),
-            ],
-            vec![
-                eps("web", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a"),
-                eps("api", "", Protocol::Tcp, 8080).ready("10.244.0.3", "node-a"),
-            ],
-        );
-        let (_tx, rx) = watch::channel(Some(Arc::new(c)));
-        let memory = Memory {
-            refuse: refuse.iter().map(|s| s.to_string()).collect(),
-            unavailable,
-            ..Memory::default()
-        };
-        let mut syncer = Syncer::new(memory, config());
-        let periods = Periods {
-            sync: Duration::from_secs(30),
-            min_sync: Duration::from_secs(1),
-        };
-        let mut syncs = 0;
-        let mut blocked = Vec::new();
-        run(
-            &mut syncer,
-            rx,
-            periods,
-            tokio::time::sleep(Duration::from_secs(secs)),
-            |_| syncs += 1,
-            |b| blocked.push(b.map(str::to_string)),
-        )
-        .await;
-        (blocked.len(), blocked, syncer.dataplane().clone())
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_refused_service_is_retried_with_backoff_and_the_agent_stays_unblocked() {
-        let (passes, blocked, kernel) = run_for(62, &["10.96.0.11"], false).await;
-        // Retries at 1, 2, 4, 8, 16 and 30 s after each failing pass: t = 0, 1, 3, 7, 15, 31, 61.
-        assert_eq!(passes, 7, "{blocked:?}");
-        assert!(blocked.iter().all(Option::is_none), "{blocked:?}");
-        assert_eq!(
-            kernel.state.services.len(),
-            1,
-            "the good Service is programmed"
-        );
-        assert_eq!(kernel.observed, 7, "every retry reads the kernel again");
-    }
-
-    #[tokio::test]
-    async fn a_refused_virtual_server_is_one_failure_explained() {
-        let c = cluster(
-            vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
-            vec![eps("web", "", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a")],
-        );
-        let memory = Memory {
-            refuse: vec!["10.96.0.10:80".into()],
-            ..Memory::default()
-        };
-        let mut syncer = Syncer::new(memory, config());
-        // The in-memory kernel refuses IPVS operations with ENOENT, as IPVS does without the
-        // scheduler's module.
-        let report = syncer.sync(&c, true).await.unwrap();
-        let f = super::failures(&report);
-        assert_eq!(f.len(), 1, "the real server's failure is folded: {f:?}");
-        assert!(f[0].0.starts_with("add service 10.96.0.10:80"), "{f:?}");
-        assert!(
-            f[0].1.ends_with(
-                "the kernel has no IPVS scheduler \"rr\" (is the module ip_vs_rr available?)"
-            ),
-            "{f:?}"
-        );
-        assert!(
-            report.applied.failed.len() >= 2,
-            "{:?}",
-            report.applied.failed
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_kernel_that_refuses_every_service_blocks_the_agent() {
-        let (_, blocked, kernel) = run_for(10, &["add service"], false).await;
-        let last = blocked.last().cloned().flatten().expect("blocked");
-        assert!(
-            last.contains("no virtual server could be made (2 of 2 failed)"),
-            "{last}"
-        );
-        assert!(kernel.state.services.is_empty());
-        assert!(kernel.state.link, "what can be made is made");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_unreadable_kernel_blocks_the_agent_and_is_retried_with_backoff() {
-        let (passes, blocked, kernel) = run_for(20, &[], true).await;
-        assert_eq!(passes, 5, "t = 0, 1, 3, 7, 15");
-        assert_eq!(kernel.observed, 5);
-        assert!(
-            blocked.iter().all(|b| b.as_deref().is_some_and(
-                |b| b.starts_with("list IPVS services: the IPVS generic netlink family is missing")
-            )),
-            "{blocked:?}"
-        );
     }
 }

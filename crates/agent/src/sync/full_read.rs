@@ -1,6 +1,7 @@
 //! The kernel read of a full sync: whole at the first sync, after a failure and on small
-//! nodes; else the periodic pass's share ([`crate::model::rolling`]), read apart while changes
-//! keep syncing against the shadow ([`super::reading`]) and taken in by the next full sync.
+//! nodes; else the periodic pass's share ([`crate::model::kernel::rolling`]), read apart while
+//! changes keep syncing against the shadow ([`super::reading`]) and taken in by the next full
+//! sync.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -11,9 +12,9 @@ use super::Syncer;
 use super::reading::Reading;
 use crate::dataplane::{Dataplane, Error, Observation};
 use crate::model::kernel::VsKey;
+use crate::model::kernel::rolling::Part;
+use crate::model::kernel::shadow::Shadow;
 use crate::model::plan::Op;
-use crate::model::rolling::Part;
-use crate::model::shadow::Shadow;
 
 impl<D: Dataplane> Syncer<D> {
     /// Starts the kernel read of the next full sync apart ([`Dataplane::read_apart`]): it
@@ -53,7 +54,7 @@ impl<D: Dataplane> Syncer<D> {
     }
 
     /// Reads the kernel for a full sync: whole at the first sync, after a failure and on small
-    /// nodes, else the periodic pass ([`crate::model::rolling`]), whose unread real servers
+    /// nodes, else the periodic pass ([`crate::model::kernel::rolling`]), whose unread real servers
     /// keep what the shadow knew of them; or takes in the read started apart. Returns the
     /// virtual servers whose real servers were not read, and how long the read apart took
     /// (the sync's time includes its read).
@@ -154,7 +155,7 @@ impl<D: Dataplane> Syncer<D> {
     }
 
     /// Sets how many virtual servers' real servers a periodic pass reads at most
-    /// ([`crate::model::rolling::READ_SHARE`] by default; `usize::MAX` reads everything).
+    /// ([`crate::model::kernel::rolling::READ_SHARE`] by default; `usize::MAX` reads everything).
     pub fn set_read_share(&mut self, per_pass: usize) {
         self.read_share = per_pass;
     }

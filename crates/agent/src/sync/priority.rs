@@ -1,6 +1,6 @@
 //! The first sync of a process programs the priority Services (the API server's, the
 //! cluster DNS) before it computes and applies everything else
-//! ([`crate::model::priority`]).
+//! ([`crate::model::plan::priority`]).
 
 use std::collections::BTreeMap;
 
@@ -8,10 +8,10 @@ use tracing::debug;
 
 use super::Syncer;
 use crate::dataplane::{Applied, Dataplane, Error};
-use crate::model::cluster::Cluster;
-use crate::model::op_kind::{self, OpKind};
 use crate::model::plan::Plan;
-use crate::model::priority::priority_plan;
+use crate::model::plan::op_kind::{self, OpKind};
+use crate::model::plan::priority::priority_plan;
+use crate::model::snapshot::cluster::Cluster;
 
 impl<D: Dataplane> Syncer<D> {
     /// On the first sync of this process (nothing computed yet), applies the additive plan of

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use super::Syncer;
 use crate::dataplane::Dataplane;
-use crate::model::cluster::{Cluster, EndpointSlice, Family, SliceRef, SlicesByService};
-use crate::model::reach::Reach;
+use crate::model::incremental::reach::Reach;
+use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, SliceRef, SlicesByService};
 
 /// The trigger times already observed, per slice.
 #[derive(Debug)]
@@ -98,8 +98,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::model::cluster::Protocol;
     use crate::model::fixtures::{cluster, eps, svc};
+    use crate::model::snapshot::cluster::Protocol;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)

@@ -9,13 +9,13 @@ use super::traffic::ServiceTraffic;
 use super::{Planned, Syncer, Warning};
 use crate::dataplane::conntrack::Cleaned;
 use crate::dataplane::{Applied, Dataplane};
-use crate::model::cluster::Family;
-use crate::model::computed::Computed;
 use crate::model::desired::HealthCheckAddresses;
-use crate::model::drift::Drift;
-use crate::model::op_kind::OpKind;
+use crate::model::desired::scheduler::Refusal;
+use crate::model::incremental::computed::Computed;
+use crate::model::kernel::drift::Drift;
 use crate::model::plan::Plan;
-use crate::model::scheduler::Refusal;
+use crate::model::plan::op_kind::OpKind;
+use crate::model::snapshot::cluster::Family;
 use crate::model::warning as model;
 
 /// What one sync did.
@@ -62,7 +62,7 @@ pub struct Report {
     /// Where the health-check node ports belong, from the host's addresses as last read.
     pub health_check_addresses: HealthCheckAddresses,
     /// Virtual servers whose real servers this full sync did not read (a periodic pass reads
-    /// one share of them; [`crate::model::rolling`]).
+    /// one share of them; [`crate::model::kernel::rolling`]).
     pub unread: usize,
     /// Services whose own scheduler was refused since the last sync (each also a warning):
     /// one entry when a refusal starts, none while it lasts, for an event on the Service.

@@ -9,10 +9,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::failures::{self, Backoff, FailureLog, Failures, cannot_program};
+use super::failures::{self, Backoff, Blocked, FailureLog, Failures, SyncError, cannot_program};
 use super::{Periods, Report, Syncer};
 use crate::dataplane::{Dataplane, Error};
-use crate::model::cluster::{Cluster, changed_services};
+use crate::model::snapshot::cluster::{Cluster, changed_services};
 
 /// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
 /// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has
@@ -29,7 +29,7 @@ pub async fn run<D: Dataplane>(
     periods: Periods,
     shutdown: impl Future<Output = ()>,
     mut on_report: impl FnMut(&Report),
-    mut on_blocked: impl FnMut(Option<&str>),
+    mut on_blocked: impl FnMut(Option<&Blocked>),
 ) {
     tokio::pin!(shutdown);
     let mut pacing = Pacing::new(periods);
@@ -53,13 +53,16 @@ pub async fn run<D: Dataplane>(
                 (failures::failures(&report), blocked)
             }
             Err(e) => {
-                let error = e.to_string();
-                (vec![("sync".to_string(), error.clone())], Some(error))
+                let failed = vec![(
+                    "sync".to_string(),
+                    failures::Explained::Plain(e.to_string()),
+                )];
+                (failed, Some(Blocked::Sync(SyncError(Arc::new(e)))))
             }
         };
         pacing.failures(failed);
         pacing.tell_blocked(blocked.clone());
-        on_blocked(blocked.as_deref());
+        on_blocked(blocked.as_ref());
     }
 }
 
@@ -73,7 +76,7 @@ struct Pacing {
     backoff: Backoff,
     failure_log: FailureLog,
     /// Why nothing at all could be programmed, as last told.
-    last_blocked: Option<String>,
+    last_blocked: Option<Blocked>,
     /// Whether the pass waits for a change or the full-sync timer: the first pass syncs at
     /// once, later ones wait.
     wait: bool,
@@ -169,9 +172,9 @@ impl Pacing {
 
     /// Logs what a sync did and times the next full one. Returns why nothing at all could
     /// be programmed, if so (`desired` virtual servers were wanted).
-    fn synced(&mut self, report: &Report, full: bool, desired: usize) -> Option<String> {
+    fn synced(&mut self, report: &Report, full: bool, desired: usize) -> Option<Blocked> {
         for w in &report.warnings {
-            warn!("{w}");
+            warn!(warning = w.kind(), "{w}");
         }
         if report.ops() > 0 {
             info!(
@@ -216,13 +219,13 @@ impl Pacing {
     }
 
     /// Logs when nothing at all can be programmed any more, or can be again.
-    fn tell_blocked(&mut self, blocked: Option<String>) {
+    fn tell_blocked(&mut self, blocked: Option<Blocked>) {
         if blocked == self.last_blocked {
             return;
         }
         match &blocked {
             Some(reason) => {
-                warn!(reason = %reason, "cannot program the kernel at all; /healthz is 503 and kube_proxy_ipvs_blocked 1")
+                warn!(reason = %reason, blocked = reason.kind(), "cannot program the kernel at all; /healthz is 503 and kube_proxy_ipvs_blocked 1")
             }
             None if self.last_blocked.is_some() => info!("the kernel can be programmed again"),
             None => {}

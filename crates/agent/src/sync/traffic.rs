@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::dataplane::Traffic;
-use crate::model::cluster::{Service, ServicePort, ServiceRef};
 use crate::model::kernel::VsKey;
+use crate::model::snapshot::cluster::{Service, ServicePort, ServiceRef};
 
 /// What IPVS counted for one of the agent's virtual servers, with the Service port it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,3 +20,16 @@ pub enum Warning {
     )]
     UnreadConnections(#[source] Error),
 }
+
+impl Warning {
+    /// The variant's name in kebab-case, the model's for its warnings
+    /// ([`warning::Warning::kind`]): a stable machine key for the log (`warning=`), unlike
+    /// the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Model(w) => w.kind(),
+            Warning::Conntrack(_) => "conntrack-cleanup",
+            Warning::UnreadConnections(_) => "unread-connections",
+        }
+    }
+}

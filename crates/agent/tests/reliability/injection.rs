@@ -208,10 +208,7 @@ fn text(out: &[u8]) -> String {
 /// The rejections in a log, and the lines that do not start like a log line does (klog's
 /// severity and date): what a raw newline from a name would make.
 fn log_lines(log: &str) -> (usize, Vec<String>) {
-    let rejected = log
-        .lines()
-        .filter(|l| l.contains("manifest rejected") || l.contains(": left out"))
-        .count();
+    let rejected = log.lines().filter(|l| l.contains(" rejection=\"")).count();
     let stray = log
         .lines()
         .filter(|l| !is_log_header(l))
@@ -340,7 +337,7 @@ fn hostile_names_ports_and_annotations_change_nothing_but_their_own_entries() {
     assert_eq!(rejected, must_reject, "rejections:\n{}", text(&out.stderr));
     let refused = text(&out.stderr)
         .lines()
-        .filter(|l| l.contains("is not an IPVS scheduler"))
+        .filter(|l| l.contains(" warning=\"not-a-scheduler\""))
         .count();
     assert_eq!(
         refused,

@@ -258,7 +258,7 @@ fn a_missing_scheduler_module_fails_its_services_only_and_blocks_when_it_is_the_
     assert!(agent.alive(), "the agent must stay up:\n{}", agent.log());
     assert!(!has_vs("10.96.0.10:80"));
     assert_eq!(
-        agent.lines_with(&["cannot program the kernel at all", SCHEDULER]),
+        agent.lines_with(&[" blocked=\"no-virtual-server\"", SCHEDULER]),
         1,
         "logged once, with the reason:\n{}",
         agent.log()
@@ -335,13 +335,17 @@ fn an_ipset_at_its_maxelem_fails_its_entries_only() {
     }
     let (code, body) = agent.healthz().expect("/healthz answers");
     assert_eq!(code, 200, "{body}");
-    let refusals = agent.lines_with(&["the kernel refused", "KUBE-CLUSTER-IP"]);
-    assert_eq!(refusals, 1, "logged once:\n{}", agent.log());
+    // A refusal is the warning that carries the operation and the kernel's error as keys.
+    let refused = |l: &&str| {
+        l.starts_with('W')
+            && l.contains(" op=\"")
+            && l.contains(" error=\"")
+            && l.contains("KUBE-CLUSTER-IP")
+    };
     let log = agent.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("the kernel refused") && l.contains("KUBE-CLUSTER-IP"))
-        .unwrap();
+    let refusals = log.lines().filter(refused).count();
+    assert_eq!(refusals, 1, "logged once:\n{log}");
+    let line = log.lines().find(refused).unwrap();
     assert!(
         line.to_lowercase().contains("full") || line.contains("maxelem"),
         "the error says the set is full: {line}"
@@ -406,10 +410,15 @@ fn the_lblc_module_is_loaded_by_the_agent_before_ipvs_needs_it() {
         assert!(out.status.success(), "agent failed: {log}");
         (log, took)
     };
-    const LOADED: &str = "loaded the scheduler's module before IPVS needs it";
+    // The preloader's two lines carry the module's key: an info (I) when it loaded the
+    // module, a warning (W) when it could not.
+    let preloaded = |log: &str, severity: char| {
+        log.lines()
+            .any(|l| l.starts_with(severity) && l.contains(" module=\"ip_vs_lblc\""))
+    };
     let (log, took) = run();
     assert!(
-        log.contains(LOADED) && log.contains("ip_vs_lblc"),
+        preloaded(&log, 'I'),
         "the agent did not load ip_vs_lblc itself:\n{log}"
     );
     assert!(Path::new("/sys/module/ip_vs_lblc").exists());
@@ -421,7 +430,7 @@ fn the_lblc_module_is_loaded_by_the_agent_before_ipvs_needs_it() {
     crate::node::cleanup();
     let (again, _) = run();
     assert!(
-        !again.contains(LOADED) && !again.contains("cannot load the scheduler's module"),
+        !preloaded(&again, 'I') && !preloaded(&again, 'W'),
         "the module was loaded: nothing to do\n{again}"
     );
     row.tried("--ipvs-scheduler lblc with ip_vs_lblc unloaded; then again, loaded");
@@ -475,8 +484,10 @@ fn a_services_lblc_annotation_is_refused_unless_the_operator_allows_it() {
         "not served with the node's scheduler:\n{saved}"
     );
     assert!(
-        log.contains(r#"Service t/web: scheduler \"lblc\""#)
-            && log.contains("--ipvs-allowed-schedulers"),
+        log.lines()
+            .any(|l| l.contains(" warning=\"loads-under-lock\"")
+                && l.contains("Service t/web:")
+                && l.contains(r#"\"lblc\""#)),
         "the refusal is not logged with its remedy:\n{log}"
     );
     assert!(
@@ -569,7 +580,7 @@ fn services_annotated_with_names_that_are_no_scheduler_get_the_nodes_and_load_no
     }
     let refused = log
         .lines()
-        .filter(|l| l.contains("is not an IPVS scheduler"))
+        .filter(|l| l.contains(" warning=\"not-a-scheduler\""))
         .count();
     assert_eq!(refused, 2, "the refusals are not logged once each:\n{log}");
     let loaded: Vec<&str> = modules

@@ -13,10 +13,10 @@ use tracing::{debug, warn};
 
 use super::Kernel;
 use crate::dataplane::{Applied, Error, RealServers, Traffic};
-use crate::model::cluster::Protocol;
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{Connections, VirtualServer, VsKey};
 use crate::model::plan::Op;
-use crate::model::rolling::Part;
+use crate::model::snapshot::cluster::Protocol;
 
 /// IPVS operations per batch: a batch holds every request encoded (twice for
 /// add-or-update), so a cold sync sends its tens of thousands in slices of this many.

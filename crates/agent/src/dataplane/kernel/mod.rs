@@ -40,12 +40,12 @@ use super::modules::Preloader;
 use super::probe::ProbeFailure;
 use super::vip::Bindings;
 use super::{Applied, Dataplane, Error, Observation, RealServers, sysctl};
-use crate::model::cluster::Family;
-use crate::model::config::VipBinding;
-use crate::model::iptables::{removal_input, restore_input};
+use crate::model::desired::iptables::{removal_input, restore_input};
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{LINK_NAME, VsKey};
 use crate::model::plan::{Op, Plan};
-use crate::model::rolling::Part;
+use crate::model::snapshot::cluster::Family;
+use crate::model::snapshot::config::VipBinding;
 
 pub use self::addresses::Rebound;
 pub use self::reader::Found;
@@ -360,7 +360,7 @@ impl Dataplane for Kernel {
 
     async fn clean_conntrack(
         &mut self,
-        filter: &crate::model::conntrack::ConntrackFilter,
+        filter: &crate::model::desired::conntrack::ConntrackFilter,
     ) -> Result<Vec<super::conntrack::Cleaned>, Error> {
         Ok(super::conntrack::clean(filter.clone()).await?)
     }

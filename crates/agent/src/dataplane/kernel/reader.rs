@@ -13,10 +13,10 @@ use super::{Kernel, blocking, sets};
 use crate::dataplane::iptables::{self, Backend, Seen};
 use crate::dataplane::link::Links;
 use crate::dataplane::{Error, Observation, Traffic, sysctl};
-use crate::model::cluster::Family;
 use crate::model::desired::Host;
+use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{KernelState, Set, VirtualServer, VsKey};
-use crate::model::rolling::Part;
+use crate::model::snapshot::cluster::Family;
 
 /// What a read of the kernel found but for the VIP bindings, the rules as the backend
 /// printed them (the [`Kernel`] knows how its own writes print).

@@ -13,10 +13,10 @@
 //!   addition, waits for the workers first, so everything new is in before anything old
 //!   goes.
 
-use crate::model::cluster::Family;
-use crate::model::op_kind::{Object, OpKind};
+use crate::model::desired::sets::{OWNED, set_name};
 use crate::model::plan::Op;
-use crate::model::sets::{OWNED, set_name};
+use crate::model::plan::op_kind::{Object, OpKind};
+use crate::model::snapshot::cluster::Family;
 
 /// What carries an operation to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,7 @@ mod tests {
     fn key(port: u16) -> VsKey {
         VsKey {
             address: "10.96.0.10".parse().unwrap(),
-            protocol: crate::model::cluster::Protocol::Tcp,
+            protocol: crate::model::snapshot::cluster::Protocol::Tcp,
             port,
         }
     }

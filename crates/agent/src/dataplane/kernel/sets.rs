@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use super::Kernel;
 use crate::dataplane::{Applied, Error};
-use crate::model::cluster::{Family, Protocol};
+use crate::model::desired::sets::{self, set_name};
 use crate::model::kernel::{Set, SetEntry, SetKind};
 use crate::model::plan::Op;
-use crate::model::sets::{self, set_name};
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The agent's sets of `families`, read on the blocking pool (libipset waits on its netlink
 /// socket).

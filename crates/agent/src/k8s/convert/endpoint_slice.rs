@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::names::{dns_label, dns_subdomain, has_label, labels, namespace_of};
 use super::parse::{missing, parse_ip, parse_port, parse_protocol};
 use super::{ConvertError, FamilyName, Kind, ObjectRef, Reason};
-use crate::model::cluster::{
+use crate::model::snapshot::cluster::{
     Endpoint, EndpointHints, EndpointPort, EndpointSlice, Family, ServiceRef, intern,
 };
 

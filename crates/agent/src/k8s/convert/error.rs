@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::names::{namespace_of, printable};
-use crate::model::cluster::{Family, Protocol};
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The kinds of object this module converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -234,6 +234,56 @@ pub enum Reason {
         /// Its value.
         value: i32,
     },
+}
+
+impl Reason {
+    /// The variant's name in kebab-case (`bad-port`): a stable machine key for the log
+    /// (`rejection=`) and for tests, unlike the text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::Missing { .. } => "missing",
+            Reason::BadName { .. } => "bad-name",
+            Reason::BadSubdomain { .. } => "bad-subdomain",
+            Reason::BadLabel { .. } => "bad-label",
+            Reason::TooMany { .. } => "too-many",
+            Reason::BadIp { .. } => "bad-ip",
+            Reason::BadCidr { .. } => "bad-cidr",
+            Reason::BadPort { .. } => "bad-port",
+            Reason::UnknownProtocol { .. } => "unknown-protocol",
+            Reason::UnknownValue { .. } => "unknown-value",
+            Reason::FamilyMismatch { .. } => "family-mismatch",
+            Reason::TooManyClusterIps { .. } => "too-many-cluster-ips",
+            Reason::ClusterIpMismatch { .. } => "cluster-ip-mismatch",
+            Reason::DuplicatePort { .. } => "duplicate-port",
+            Reason::DuplicatePortName { .. } => "duplicate-port-name",
+            Reason::NodePortNotAllowed { .. } => "node-port-not-allowed",
+            Reason::BadTimeout { .. } => "bad-timeout",
+        }
+    }
+
+    /// The path of the field at fault (`spec.ports[1].port`; for the later of two, the later).
+    pub fn field(&self) -> &str {
+        match self {
+            Reason::Missing { field }
+            | Reason::BadName { field, .. }
+            | Reason::BadSubdomain { field, .. }
+            | Reason::BadLabel { field, .. }
+            | Reason::TooMany { field, .. }
+            | Reason::BadIp { field, .. }
+            | Reason::BadCidr { field, .. }
+            | Reason::BadPort { field, .. }
+            | Reason::UnknownProtocol { field, .. }
+            | Reason::UnknownValue { field, .. }
+            | Reason::FamilyMismatch { field, .. }
+            | Reason::DuplicatePort { field, .. }
+            | Reason::DuplicatePortName { field, .. }
+            | Reason::NodePortNotAllowed { field, .. }
+            | Reason::BadTimeout { field, .. } => field,
+            Reason::TooManyClusterIps { .. } | Reason::ClusterIpMismatch { .. } => {
+                "spec.clusterIPs"
+            }
+        }
+    }
 }
 
 /// An IP family as the API spells it, for messages.

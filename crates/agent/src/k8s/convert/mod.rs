@@ -14,7 +14,8 @@
 //! ([`service()`]), `endpoint_slice` ([`endpoint_slice()`]) and `node` ([`node()`]). What
 //! they share: `error` (the [`ConvertError`] and its [`Reason`]), `names` (the API's checks
 //! of names and labels, and [`printable`]) and `parse` (field values into model types).
-//! Everything public is re-exported here, so the paths are `k8s::convert::...`.
+//! Everything public is re-exported here, so the paths are `k8s::convert::...`. `tests` holds
+//! the conversions' tests, every kind's together.
 
 mod endpoint_slice;
 mod error;

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1 as core;
 
 use super::parse::{missing, parse_cidr, parse_ip};
 use super::{ConvertError, Kind, ObjectRef, Reason};
-use crate::model::cluster::Node;
+use crate::model::snapshot::cluster::Node;
 
 /// Converts a Node: its `InternalIP` addresses first, then its `ExternalIP` ones (other
 /// address types are left out, duplicates kept once), `spec.podCIDRs` falling back to

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::Reason;
-use crate::model::cluster::{Family, Protocol, TrafficPolicy};
+use crate::model::snapshot::cluster::{Family, Protocol, TrafficPolicy};
 
 /// `field` is absent or empty.
 pub(super) fn missing(field: impl Into<String>) -> Reason {

@@ -13,7 +13,7 @@ use super::parse::{
     missing, parse_cidr, parse_family, parse_ip, parse_policy, parse_port, parse_protocol,
 };
 use super::{ConvertError, FamilyName, Kind, ObjectRef, Reason};
-use crate::model::cluster::{
+use crate::model::snapshot::cluster::{
     Family, KUBE_ROUTER_SCHEDULER_ANNOTATION, SCHEDULER_ANNOTATION, Service, ServicePort,
     ServiceRef, ServiceType, TrafficPolicy,
 };

@@ -7,7 +7,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 
 use super::parse::missing;
 use super::*;
-use crate::model::cluster::*;
+use crate::model::snapshot::cluster::*;
 
 fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(yaml: &str) -> T {
     match serde_saphyr::from_str(yaml) {
@@ -1014,7 +1014,7 @@ fn a_rejected_objects_name_is_one_printable_line() {
     let svc: core::Service = parse(
         "apiVersion: v1\nkind: Service\nmetadata: {name: \"a\\nb\", namespace: \"c\\rd\"}\nspec: {}\n",
     );
-    let err = service(&svc).unwrap_err().to_string();
-    assert!(err.starts_with("Service c\\rd/a\\nb: "), "{err}");
-    assert!(!err.contains(['\n', '\r']), "{err:?}");
+    let err = service(&svc).unwrap_err();
+    assert_eq!(err.object.to_string(), "Service c\\rd/a\\nb", "{err}");
+    assert!(!err.to_string().contains(['\n', '\r']), "{err:?}");
 }

@@ -7,13 +7,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::{Desired, Footprint, Host, family_rules, sysctls};
-use crate::model::cluster::{Family, Service};
-use crate::model::config::ProxyConfig;
-use crate::model::iptables::OutFilter;
+use crate::model::desired::iptables::OutFilter;
+use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::kernel::{
     SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
 };
-use crate::model::sets::{self, SetDef, set_name};
+use crate::model::snapshot::cluster::{Family, Service};
+use crate::model::snapshot::config::ProxyConfig;
 use crate::model::warning::Warning;
 
 /// The desired state built Service by Service.
@@ -117,7 +117,7 @@ impl<'a> Builder<'a> {
             return;
         }
         // A refused annotation is reported once per sync by the syncer, not per virtual server.
-        let (scheduler, _) = crate::model::scheduler::resolve(service, self.config);
+        let (scheduler, _) = crate::model::desired::scheduler::resolve(service, self.config);
         // `mh` hashes the port too (kube-proxy B24). `sh` and `mh` skip weight-0 (draining)
         // real servers only with the fallback flag; without it a client hashed to one gets no
         // real server at all (kube-proxy B23).

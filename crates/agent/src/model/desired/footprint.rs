@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use crate::model::cluster::Family;
-use crate::model::iptables::OutFilter;
+use crate::model::desired::iptables::OutFilter;
+use crate::model::desired::sets::SetDef;
 use crate::model::kernel::{SetEntry, VsKey};
-use crate::model::sets::SetDef;
+use crate::model::snapshot::cluster::Family;
 
 /// What one Service put in the desired state, by key only (the content lives in the composed
 /// state): its claims on virtual servers, its set entries, its VIPs, its out filters and its

@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::resolve_node_settings;
-use crate::model::cluster::{Cluster, Family};
-use crate::model::config::ProxyConfig;
 use crate::model::kernel::LINK_NAME;
+use crate::model::snapshot::cluster::{Cluster, Family};
+use crate::model::snapshot::config::ProxyConfig;
 
 /// Where each family's health-check node ports listen: `None` (or no entry) for every
 /// address of the family, else these addresses (none at all when no node address matches

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::model::cluster::{Cluster, Family, Node};
-use crate::model::config::{LocalDetector, ProxyConfig};
+use crate::model::snapshot::cluster::{Cluster, Family, Node};
+use crate::model::snapshot::config::{LocalDetector, ProxyConfig};
 
 /// Fills the settings that come from the Node object: `--nodeport-addresses=primary` (the
 /// Node's first address of each family, as a host prefix) and `--detect-local-mode=NodeCIDR`

@@ -10,13 +10,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::builder::Builder;
-use crate::model::cluster::{
+use crate::model::desired::iptables::OutFilter;
+use crate::model::desired::sets;
+use crate::model::kernel::{SetEntry, VsKey};
+use crate::model::snapshot::cluster::{
     Cluster, EndpointSlice, Family, Protocol, Service, ServicePort, ServiceType, TrafficPolicy,
 };
-use crate::model::endpoints::{Chosen, Topology, ZONE_LABEL, choose, port_endpoints};
-use crate::model::iptables::OutFilter;
-use crate::model::kernel::{SetEntry, VsKey};
-use crate::model::sets;
+use crate::model::snapshot::endpoints::{Chosen, Topology, ZONE_LABEL, choose, port_endpoints};
 
 /// A Service in one family: its addresses of that family and its traffic policies.
 struct InFamily<'a> {

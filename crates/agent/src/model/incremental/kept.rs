@@ -17,17 +17,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::cluster::{
-    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
-    changed_services,
-};
-use crate::model::config::ProxyConfig;
+use crate::model::desired::iptables::OutFilter;
+use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::desired::{
     Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
 };
-use crate::model::iptables::OutFilter;
 use crate::model::kernel::{SetEntry, VsKey};
-use crate::model::sets::{self, SetDef, set_name};
+use crate::model::snapshot::cluster::{
+    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
+    changed_services,
+};
+use crate::model::snapshot::config::ProxyConfig;
 
 /// The keys a change touched: the plan compares the desired and the observed state on these
 /// alone.

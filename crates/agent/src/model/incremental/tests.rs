@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
-use crate::model::cluster::{Protocol, ServiceType, SliceRef, TrafficPolicy};
 use crate::model::desired::desired;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::kernel::{KernelState, SetEntry};
 use crate::model::plan::{plan, plan_draining, plan_scoped};
+use crate::model::snapshot::cluster::{Protocol, ServiceType, SliceRef, TrafficPolicy};
 
 /// `state` with the plan from it to `want` applied, as the kernel would hold it.
 fn programmed(state: &KernelState, ops: &[crate::model::plan::Op]) -> KernelState {

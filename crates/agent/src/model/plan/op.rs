@@ -3,8 +3,8 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::model::cluster::Family;
 use crate::model::kernel::{Jump, LINK_NAME, Rules, SetEntry, SetKind, VirtualServer, VsKey};
+use crate::model::snapshot::cluster::Family;
 
 /// One change to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]

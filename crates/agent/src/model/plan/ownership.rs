@@ -1,9 +1,9 @@
 //! Which observed virtual servers are the agent's to delete: those it claimed, and those
 //! kube-proxy left (so that the agent can take a node over from it).
 
-use crate::model::cluster::{Family, Protocol};
+use crate::model::desired::sets::{self, set_name};
 use crate::model::kernel::{KernelState, SetEntry, VsKey};
-use crate::model::sets::{self, set_name};
+use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// True when the agent owns the observed virtual server `key`: it is recorded in the ownership
 /// set, its address is bound on `kube-ipvs0` (as kube-proxy binds cluster, external and

@@ -8,10 +8,10 @@ use ipnet::IpNet;
 
 use super::ownership::owns;
 use super::{Op, Plan};
-use crate::model::cluster::{Family, Protocol};
-use crate::model::drain::DestinationKey;
-use crate::model::iptables::canonical;
+use crate::model::desired::iptables::canonical;
 use crate::model::kernel::{Jump, KernelState, Rules, Set, SetEntry, VirtualServer, VsKey};
+use crate::model::plan::drain::DestinationKey;
+use crate::model::snapshot::cluster::{Family, Protocol};
 use crate::model::warning::Warning;
 
 /// Where an operation goes in a plan. The variants are in plan order: everything new or

@@ -1,7 +1,15 @@
 //! Store semantics without a server: relists, conversion once per version, change detection.
 
+use std::sync::atomic::Ordering;
+
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::Event;
+
+use super::store::Store;
+use super::stream::{RelistBackoff, asks_for_relist};
 use super::*;
 use crate::k8s::convert::SERVICE_PROXY_NAME_LABEL;
+use crate::model::snapshot::cluster::{ServiceRef, SliceRef};
 
 fn service(name: &str, version: &str, cluster_ip: &str) -> core::Service {
     serde_json::from_value(serde_json::json!({

@@ -10,11 +10,11 @@ use proptest::prelude::*;
 use tokio::sync::watch;
 
 use crate::dataplane::memory::{Memory, ReadGate};
-use crate::model::cluster::{Cluster, Protocol, ServiceRef};
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::incremental::tests::{Change, apply, change};
 use crate::model::kernel::KernelState;
 use crate::model::plan::Op;
+use crate::model::snapshot::cluster::{Cluster, Protocol, ServiceRef};
 use crate::sync::{Periods, Syncer, run};
 
 /// `n` Services `s0..`, each on its own ClusterIP with the ready endpoints `endpoints(i)`.

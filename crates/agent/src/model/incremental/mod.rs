@@ -1,0 +1,235 @@
+//! The desired state carried from sync to sync, and all that one sync derives from the
+//! cluster snapshot.
+//!
+//! [`Incremental::advance`] is the computation of a sync, in one call. When only some
+//! Services changed since a sync that applied its whole plan, it brings the kept state
+//! ([`Kept`]) to the cluster by those Services alone, and the sync looks at what they moved
+//! ([`Reach::Changed`]). Otherwise the sync looks at everything: the kept state is brought to
+//! the cluster by the Services that differ from the snapshot it is for, as a change would
+//! (building it whole took a periodic pass as long as a cold sync's computation, and every
+//! change that came meanwhile waited for it), or built whole: the first time, when it cannot
+//! be brought, on demand ([`Incremental::build_next`]), and every [`REBUILD_EVERY`] full syncs
+//! kept, the check that the kept state is what the cluster builds. The conntrack filter,
+//! the health-check addresses and the scheduler refusals that start are derived in the same
+//! call.
+//!
+//! - `kept`: the state kept up to date Service by Service ([`Kept`]), and the [`Scope`] of a
+//!   change;
+//! - [`computed`]: what one sync derives from the snapshot ([`Computed`]), computed once here.
+//! - [`reach`]: what one sync looks at ([`Reach`]): the whole state, or only the keys some
+//!   Services' change moved.
+//! - `tests`: the property test that a kept state is the state a build computes.
+
+pub mod computed;
+mod kept;
+pub mod reach;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::collections::BTreeSet;
+
+use crate::model::desired::scheduler::{self, Refusal};
+use crate::model::desired::{Desired, Host, health_check_addresses};
+use crate::model::kernel::KernelState;
+use crate::model::snapshot::cluster::{Cluster, ServiceRef};
+use crate::model::snapshot::config::ProxyConfig;
+use computed::Computed;
+use reach::Reach;
+
+pub use kept::{Kept, Scope};
+
+/// Full syncs that keep the desired state (brought up to date Service by Service) between
+/// two that build it whole: at the default 30 s period, a whole build every 5.5 minutes.
+pub const REBUILD_EVERY: u32 = 10;
+
+/// The desired state from sync to sync, with what decides whether the next one keeps it.
+#[derive(Debug, Clone)]
+pub struct Incremental {
+    config: ProxyConfig,
+    /// The desired state of the last sync; `None` before the first.
+    kept: Option<Kept>,
+    /// Full syncs since the desired state was last built whole.
+    kept_passes: u32,
+    /// Whether the next sync of the whole state builds it whole.
+    build_next: bool,
+    /// The Services' own schedulers refused at the last sync.
+    refused: BTreeSet<Refusal>,
+}
+
+/// What the sync loop knows of a sync that the model does not.
+#[derive(Debug, Clone, Copy)]
+pub struct Pass<'a> {
+    /// The Services that changed since the last sync, when the loop knows them (a sync of
+    /// changes); `None` for a sync of the whole state.
+    pub changed: Option<&'a BTreeSet<ServiceRef>>,
+    /// Whether the kernel was read for this sync: it may hold drift anywhere, so the sync
+    /// looks at everything.
+    pub full: bool,
+    /// Whether the last sync applied its whole plan: after a failure, a change is a retry of
+    /// everything.
+    pub settled: bool,
+}
+
+/// How a sync of the whole state found the kept one.
+#[derive(Debug, Default)]
+struct Whole {
+    /// The desired state is the one of the last sync.
+    unchanged: bool,
+    /// The kept state differed from the one built whole from the same cluster.
+    diverged: bool,
+}
+
+impl Incremental {
+    /// Nothing computed yet, for `config`.
+    pub fn new(config: ProxyConfig) -> Self {
+        Self {
+            config,
+            kept: None,
+            kept_passes: 0,
+            build_next: false,
+            refused: BTreeSet::new(),
+        }
+    }
+
+    /// The desired state of the last sync; `None` before the first.
+    pub fn desired(&self) -> Option<&Desired> {
+        self.kept.as_ref().map(Kept::desired)
+    }
+
+    /// Makes the next sync of the whole state build it whole, as every
+    /// [`REBUILD_EVERY`]-and-first full sync does, rather than bring the kept one up to date.
+    pub fn build_next(&mut self) {
+        self.build_next = true;
+    }
+
+    /// Brings the desired state to `cluster` on `host` for a sync described by `pass`, and
+    /// derives the rest of what the sync needs from the snapshot
+    /// ([`desired`](Incremental::desired) has the state afterwards).
+    pub fn advance<'a>(
+        &mut self,
+        cluster: &'a Cluster,
+        host: &Host,
+        pass: Pass<'a>,
+    ) -> Computed<'a> {
+        let (reach, whole) = match self.change(cluster, host, pass) {
+            Some(reach) => (reach, Whole::default()),
+            None => (Reach::Whole, self.keep_or_build(cluster, host, pass.full)),
+        };
+        Computed {
+            conntrack: reach.conntrack_filter(cluster, &self.config, host),
+            health_check_addresses: health_check_addresses(cluster, &self.config, host),
+            refusals: self.new_refusals(cluster, reach.services()),
+            unchanged: whole.unchanged,
+            diverged: whole.diverged,
+            reach,
+        }
+    }
+
+    /// Brings the kept state to `cluster` by the Services that `pass` says changed, when it
+    /// can: a sync of changes, after one that applied its whole plan, that reaches no further
+    /// than its Services. `None`, nothing changed, otherwise.
+    fn change<'a>(
+        &mut self,
+        cluster: &'a Cluster,
+        host: &Host,
+        pass: Pass<'a>,
+    ) -> Option<Reach<'a>> {
+        let services = pass.changed.filter(|_| !pass.full && pass.settled)?;
+        let kept = self.kept.as_mut()?;
+        let slices = cluster.slices_of_services(services);
+        let scope = kept.update_with(cluster, host, services, &slices)?;
+        Some(Reach::Changed {
+            services,
+            slices,
+            scope,
+        })
+    }
+
+    /// Brings the kept state to `cluster` by the Services that differ from its snapshot, or
+    /// builds it whole (see the module's notes for when).
+    fn keep_or_build(&mut self, cluster: &Cluster, host: &Host, full: bool) -> Whole {
+        let rebuild = self.build_next || (full && self.kept_passes >= REBUILD_EVERY);
+        let brought = self
+            .kept
+            .as_mut()
+            .and_then(|kept| kept.bring_to(cluster, host));
+        if let Some(moved) = &brought
+            && !rebuild
+        {
+            self.kept_passes += u32::from(full);
+            return Whole {
+                unchanged: moved.is_empty(),
+                diverged: false,
+            };
+        }
+        // Its fingerprint is kept, not the state, which goes before the new one is built (two
+        // whole desired states at once were the peak of a full resync).
+        let before = self
+            .kept
+            .take()
+            .map(|kept| fingerprint(&kept.desired().state));
+        let built = Kept::build(cluster, &self.config, host);
+        let now = fingerprint(&built.desired().state);
+        self.kept = Some(built);
+        self.kept_passes = 0;
+        self.build_next = false;
+        Whole {
+            unchanged: before == Some(now) && brought.as_ref().is_none_or(|m| m.is_empty()),
+            // Brought to this very cluster, the kept state had to be the one built.
+            diverged: brought.is_some() && before != Some(now),
+        }
+    }
+
+    /// The refusals of Services' own schedulers in `cluster` that the last sync did not have,
+    /// so that each is logged and recorded once when it starts rather than at every sync.
+    /// With `only`, the Services that changed are looked at alone (the others' refusals stand
+    /// as they were).
+    fn new_refusals(
+        &mut self,
+        cluster: &Cluster,
+        only: Option<&BTreeSet<ServiceRef>>,
+    ) -> Vec<Refusal> {
+        let now: BTreeSet<Refusal> = match only {
+            None => scheduler::refusals(cluster, &self.config)
+                .into_iter()
+                .collect(),
+            Some(changed) => self
+                .refused
+                .iter()
+                .filter(|r| !changed.contains(&r.service))
+                .cloned()
+                .chain(
+                    changed
+                        .iter()
+                        .filter_map(|id| cluster.services.get(id))
+                        .filter_map(|s| scheduler::resolve(s, &self.config).1),
+                )
+                .collect(),
+        };
+        let new = now.difference(&self.refused).cloned().collect();
+        self.refused = now;
+        new
+    }
+}
+
+#[cfg(test)]
+impl Incremental {
+    /// Full syncs since the desired state was last built whole.
+    pub(crate) fn kept_passes(&self) -> u32 {
+        self.kept_passes
+    }
+
+    /// The kept desired state, to be made wrong (tests of what finds a kept state wrong).
+    pub(crate) fn desired_mut(&mut self) -> Option<&mut Desired> {
+        self.kept.as_mut().map(Kept::desired_mut)
+    }
+}
+
+/// A fingerprint of a desired state: equal states have equal fingerprints, and different ones
+/// differ but for a 64-bit collision (which would only count a repair as a change).
+fn fingerprint(state: &KernelState) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    state.hash(&mut h);
+    h.finish()
+}
