@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::model::desired::iptables::JUMPS;
+use crate::model::kernel::chains::JUMPS;
 use crate::model::kernel::{Jump, Rules, Table};
 use crate::model::snapshot::cluster::Family;
 

@@ -18,7 +18,7 @@ use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{KernelState, VsKey};
 use crate::model::plan::{Op, Plan};
 
-pub use crate::model::kernel::shadow::Refusal;
+pub use crate::model::incremental::shadow::Refusal;
 
 /// The in-memory kernel.
 #[derive(Debug, Clone, Default)]

@@ -164,7 +164,7 @@ impl Families {
             }
         }
         // Every kind from the start, so that a rate over any of them is defined.
-        for kind in crate::model::kernel::drift::DriftKind::ALL {
+        for kind in crate::model::plan::drift::DriftKind::ALL {
             let _ = f
                 .drift_repaired
                 .get_or_create(&KindLabels { kind: kind.label() });

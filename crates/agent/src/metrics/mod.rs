@@ -30,7 +30,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::dataplane::Applied;
-use crate::model::kernel::drift::DriftKind;
+use crate::model::plan::drift::DriftKind;
 use crate::model::plan::op_kind::OpKind;
 use crate::model::plan::{Op, Plan};
 use crate::model::snapshot::cluster::Family;

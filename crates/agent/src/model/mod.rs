@@ -6,19 +6,21 @@
 //! - [`snapshot`]: what the model is given: the cluster snapshot ([`snapshot::cluster`]), the
 //!   configuration ([`snapshot::config`]) and the endpoints that receive traffic on this node
 //!   ([`snapshot::endpoints`]).
-//! - [`desired`]: the desired kernel state built from them: virtual servers and VIPs, the
+//! - [`desired`]: the desired kernel state built from them (and [`desired::warning`], what it
+//!   and the plan find wrong and work around): virtual servers and VIPs, the
 //!   KUBE-* ipsets ([`desired::sets`]) and iptables catalogue ([`desired::iptables`]), the
 //!   schedulers ([`desired::scheduler`]) and the stale UDP conntrack entries
 //!   ([`desired::conntrack`]).
-//! - [`kernel`]: the kernel state as plain data (desired or observed), and the agent's view of
-//!   the kernel: the shadow between reads, the rolling read of real servers, drift.
-//! - [`plan`]: the ordered operations from the observed to the desired state, their kinds, the
-//!   draining of removed real servers, the priority Services of a cold start, and the removal
+//! - [`kernel`]: the kernel state as plain data (desired or observed): the host's addresses,
+//!   the chains the agent owns and the one spelling rules are compared in, and the rolling
+//!   read of real servers.
+//! - [`plan`]: the ordered operations from the observed to the desired state, their kinds and
+//!   the drift they repair, the draining of removed real servers, the priority Services of a cold start, and the removal
 //!   of what other kube-proxy modes left.
 //! - [`incremental`]: one sync's computation: the desired state kept from sync to sync, what a
-//!   sync derives from the snapshot ([`incremental::computed`]) and what it looks at
-//!   ([`incremental::reach`]).
-//! - [`warning`]: what the model finds wrong and works around.
+//!   sync derives from the snapshot ([`incremental::computed`]), what it looks at
+//!   ([`incremental::reach`]) and the kernel as the agent believes it between reads
+//!   ([`incremental::shadow`]).
 //! - `fixtures` (tests): small builders of snapshots; `tests`: table-driven tests of the
 //!   desired state and the plan together.
 
@@ -27,7 +29,6 @@ pub mod incremental;
 pub mod kernel;
 pub mod plan;
 pub mod snapshot;
-pub mod warning;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::model::desired::sets;
+use crate::model::desired::warning::Warning;
 use crate::model::desired::{LocalAddress, desired};
 use crate::model::fixtures::*;
 use crate::model::kernel::{
@@ -11,7 +12,6 @@ use crate::model::kernel::{
 };
 use crate::model::plan::{Op, plan};
 use crate::model::snapshot::cluster::{Family, Protocol, ServiceType};
-use crate::model::warning::Warning;
 
 fn key(addr: &str, protocol: Protocol, port: u16) -> VsKey {
     VsKey {

@@ -11,9 +11,9 @@ use tracing::debug;
 use super::Syncer;
 use super::reading::Reading;
 use crate::dataplane::{Dataplane, Error, Observation};
+use crate::model::incremental::shadow::Shadow;
 use crate::model::kernel::VsKey;
 use crate::model::kernel::rolling::Part;
-use crate::model::kernel::shadow::Shadow;
 use crate::model::plan::Op;
 
 impl<D: Dataplane> Syncer<D> {

@@ -59,10 +59,10 @@ use tokio::time::Instant;
 use crate::dataplane::{Applied, Dataplane, Error, Traffic};
 use crate::model::desired::conntrack::ConntrackFilter;
 use crate::model::incremental::computed::Computed;
+use crate::model::incremental::shadow::Shadow;
 use crate::model::incremental::{Incremental, Pass};
 use crate::model::kernel::VsKey;
 use crate::model::kernel::rolling::READ_SHARE;
-use crate::model::kernel::shadow::Shadow;
 use crate::model::plan::drain::Draining;
 use crate::model::plan::op_kind;
 use crate::model::plan::{Op, Plan};
@@ -72,7 +72,7 @@ use connections::Connections;
 use draining::LosingRead;
 use reading::Reading;
 
-pub use crate::model::kernel::drift::{Drift, DriftKind};
+pub use crate::model::plan::drift::{Drift, DriftKind};
 pub use failures::{Backoff, Blocked, Explained, FailureLog, SyncError, cannot_program};
 pub use report::Report;
 pub use run_loop::run;
@@ -409,7 +409,7 @@ impl<D: Dataplane> Syncer<D> {
             host,
             traffic,
         } = self.dataplane.observe().await?;
-        self.shadow = Some(crate::model::kernel::shadow::Shadow { state, host });
+        self.shadow = Some(crate::model::incremental::shadow::Shadow { state, host });
         self.traffic = traffic;
         Ok(())
     }

@@ -11,12 +11,12 @@ use crate::dataplane::conntrack::Cleaned;
 use crate::dataplane::{Applied, Dataplane};
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::desired::scheduler::Refusal;
+use crate::model::desired::warning as model;
 use crate::model::incremental::computed::Computed;
-use crate::model::kernel::drift::Drift;
 use crate::model::plan::Plan;
+use crate::model::plan::drift::Drift;
 use crate::model::plan::op_kind::OpKind;
 use crate::model::snapshot::cluster::Family;
-use crate::model::warning as model;
 
 /// What one sync did.
 #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 //! beside its plan. Each is logged as its `Display`; tests tell them apart by variant.
 
 use crate::dataplane::Error;
-use crate::model::warning;
+use crate::model::desired::warning;
 
 /// Something a sync could not do, or did otherwise than asked.
 #[derive(Debug, thiserror::Error)]

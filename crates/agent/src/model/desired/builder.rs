@@ -9,12 +9,12 @@ use std::sync::Arc;
 use super::{Desired, Footprint, Host, family_rules, sysctls};
 use crate::model::desired::iptables::OutFilter;
 use crate::model::desired::sets::{self, SetDef, set_name};
+use crate::model::desired::warning::Warning;
 use crate::model::kernel::{
     SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
 };
 use crate::model::snapshot::cluster::{Family, Service};
 use crate::model::snapshot::config::ProxyConfig;
-use crate::model::warning::Warning;
 
 /// The desired state built Service by Service.
 pub(super) struct Builder<'a> {

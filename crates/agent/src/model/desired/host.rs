@@ -8,6 +8,7 @@ use ipnet::IpNet;
 
 use super::resolve_node_settings;
 use crate::model::kernel::LINK_NAME;
+pub use crate::model::kernel::host::{Host, LocalAddress};
 use crate::model::snapshot::cluster::{Cluster, Family};
 use crate::model::snapshot::config::ProxyConfig;
 
@@ -16,30 +17,8 @@ use crate::model::snapshot::config::ProxyConfig;
 /// `nodePortAddresses`, as kube-proxy).
 pub type HealthCheckAddresses = BTreeMap<Family, Option<BTreeSet<IpAddr>>>;
 
-/// An address configured on one of the host's interfaces.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LocalAddress {
-    /// The interface's name.
-    pub interface: String,
-    /// The address.
-    pub address: IpAddr,
-}
-
-/// Facts about the host the desired state depends on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Host {
-    /// Every address on every interface.
-    pub addresses: Vec<LocalAddress>,
-}
-
+/// What the desired state reads of the host: its node-port and health-check addresses.
 impl Host {
-    /// True when `ip` is configured on an interface other than `kube-ipvs0`.
-    pub fn is_local(&self, ip: &IpAddr) -> bool {
-        self.addresses
-            .iter()
-            .any(|a| a.address == *ip && a.interface != LINK_NAME)
-    }
-
     /// The addresses NodePorts are served on: every local address of the family except those on
     /// `kube-ipvs0`, loopback and IPv6 link-local, limited to the family's `nodeport_addresses`
     /// when it has some.

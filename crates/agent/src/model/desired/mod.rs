@@ -14,6 +14,8 @@
 //! - [`iptables`]: the fixed KUBE-* catalogue of chains and rules, in `iptables-restore` form.
 //! - [`scheduler`]: which IPVS scheduler a Service's virtual servers get, and when a Service's
 //!   own is refused.
+//! - [`warning`]: what the desired state and the plan find wrong and work around
+//!   ([`Warning`]), told apart by variant.
 //! - [`conntrack`]: which UDP conntrack entries are stale once Services or endpoints change.
 
 mod builder;
@@ -25,14 +27,15 @@ mod node_settings;
 pub mod scheduler;
 mod service;
 pub mod sets;
+pub mod warning;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::model::desired::warning::Warning;
 use crate::model::kernel::{KernelState, Rules, VsKey};
 use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, Service};
 use crate::model::snapshot::config::{ConnReuse, ProxyConfig};
-use crate::model::warning::Warning;
 use builder::Builder;
 use iptables::OutFilter;
 

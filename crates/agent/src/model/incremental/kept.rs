@@ -23,35 +23,12 @@ use crate::model::desired::{
     Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
 };
 use crate::model::kernel::{SetEntry, VsKey};
+use crate::model::plan::Scope;
 use crate::model::snapshot::cluster::{
     Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
     changed_services,
 };
 use crate::model::snapshot::config::ProxyConfig;
-
-/// The keys a change touched: the plan compares the desired and the observed state on these
-/// alone.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope {
-    /// Virtual servers.
-    pub services: BTreeSet<VsKey>,
-    /// Set entries, by set name.
-    pub entries: BTreeMap<String, BTreeSet<SetEntry>>,
-    /// VIPs on `kube-ipvs0`.
-    pub addresses: BTreeSet<IpAddr>,
-    /// Families whose rules changed.
-    pub rules: BTreeSet<Family>,
-}
-
-impl Scope {
-    /// True when the change moved nothing.
-    pub fn is_empty(&self) -> bool {
-        self.services.is_empty()
-            && self.entries.is_empty()
-            && self.addresses.is_empty()
-            && self.rules.is_empty()
-    }
-}
 
 /// A set entry as the sharing counts key it.
 type EntryKey = (&'static str, Family, SetEntry);

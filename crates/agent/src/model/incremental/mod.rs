@@ -13,16 +13,19 @@
 //! the health-check addresses and the scheduler refusals that start are derived in the same
 //! call.
 //!
-//! - `kept`: the state kept up to date Service by Service ([`Kept`]), and the [`Scope`] of a
-//!   change;
+//! - `kept`: the state kept up to date Service by Service ([`Kept`]), and the
+//!   [`Scope`](crate::model::plan::Scope) of a change;
 //! - [`computed`]: what one sync derives from the snapshot ([`Computed`]), computed once here.
 //! - [`reach`]: what one sync looks at ([`Reach`]): the whole state, or only the keys some
 //!   Services' change moved.
+//! - [`shadow`]: what the agent believes the kernel holds between reads, kept by replaying
+//!   the plans the kernel applied.
 //! - `tests`: the property test that a kept state is the state a build computes.
 
 pub mod computed;
 mod kept;
 pub mod reach;
+pub mod shadow;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -36,7 +39,7 @@ use crate::model::snapshot::config::ProxyConfig;
 use computed::Computed;
 use reach::Reach;
 
-pub use kept::{Kept, Scope};
+pub use kept::Kept;
 
 /// Full syncs that keep the desired state (brought up to date Service by Service) between
 /// two that build it whole: at the default 30 s period, a whole build every 5.5 minutes.

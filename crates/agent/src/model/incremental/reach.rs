@@ -11,8 +11,8 @@ use ipnet::IpNet;
 
 use crate::model::desired::Host;
 use crate::model::desired::conntrack::{ConntrackFilter, conntrack_filter, conntrack_filter_of};
-use crate::model::incremental::Scope;
 use crate::model::kernel::{KernelState, VsKey};
+use crate::model::plan::Scope;
 use crate::model::plan::drain::{DestinationKey, Draining};
 use crate::model::plan::{Op, Plan, plan_draining, plan_scoped};
 use crate::model::snapshot::cluster::{Cluster, ServiceRef, SlicesByService};

@@ -9,7 +9,7 @@ use super::*;
 use crate::model::desired::desired;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::kernel::{KernelState, SetEntry};
-use crate::model::plan::{plan, plan_draining, plan_scoped};
+use crate::model::plan::{Scope, plan, plan_draining, plan_scoped};
 use crate::model::snapshot::cluster::{Protocol, ServiceType, SliceRef, TrafficPolicy};
 
 /// `state` with the plan from it to `want` applied, as the kernel would hold it.

@@ -3,14 +3,16 @@
 //!
 //! # Layout
 //! - [`sorted_map`]: the small sorted-vector map a virtual server's real servers are held in.
-//! - [`shadow`]: what the agent believes the kernel holds between reads, kept by replaying
-//!   the plans the kernel applied.
 //! - [`rolling`]: which share of the real servers a periodic full sync reads.
-//! - [`drift`]: what a full sync repaired that someone else had changed, by kind of object.
+//! - [`host`]: the host's addresses, read with the rest of the kernel state.
+//! - [`chains`]: the agent's iptables chains and the jumps into them, the part of iptables it
+//!   owns.
+//! - [`canonical`](mod@canonical): the one spelling rules are compared in, whoever wrote them.
 
-pub mod drift;
+pub mod canonical;
+pub mod chains;
+pub mod host;
 pub mod rolling;
-pub mod shadow;
 pub mod sorted_map;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,8 +210,8 @@ impl Table {
     /// The agent's chains in this table.
     pub fn chains(self) -> &'static [&'static str] {
         match self {
-            Table::Filter => crate::model::desired::iptables::FILTER_CHAINS,
-            Table::Nat => crate::model::desired::iptables::NAT_CHAINS,
+            Table::Filter => chains::FILTER_CHAINS,
+            Table::Nat => chains::NAT_CHAINS,
         }
     }
 }

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::desired::iptables::{FILTER_CHAINS, NAT_CHAINS};
+use crate::model::kernel::chains::{FILTER_CHAINS, NAT_CHAINS};
 
 /// Chains only kube-proxy's iptables mode makes, by table (exact names).
 const IPTABLES_MODE_CHAINS: &[(&str, &str)] = &[

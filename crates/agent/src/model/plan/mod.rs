@@ -13,8 +13,10 @@
 //! - `phases`: the plan builder: what each object needs, put in its phase, and the phases
 //!   joined in plan order.
 //! - `ownership`: [`owns`], which observed virtual servers are the agent's to delete.
+//! - `scope`: [`Scope`], the keys a change touched: all a scoped plan compares.
 //! - [`op_kind`]: what kind of change an operation is and which kernel object it changes, the
 //!   one classification metrics, the kernel's routing and drift read.
+//! - [`drift`]: what a full sync repaired that someone else had changed, by kind of object.
 //! - [`drain`]: graceful termination, which removed real servers drain and since when.
 //! - [`priority`]: the Services a node needs first, planned ahead of the full state on a cold
 //!   start.
@@ -22,24 +24,26 @@
 //! - `tests`: the plan's order and scope.
 
 pub mod drain;
+pub mod drift;
 pub mod leftovers;
 mod op;
 pub mod op_kind;
 mod ownership;
 mod phases;
 pub mod priority;
+mod scope;
 
 use std::collections::BTreeSet;
 
 use ipnet::IpNet;
 
-use crate::model::incremental::Scope;
+use crate::model::desired::warning::Warning;
 use crate::model::kernel::{KernelState, Set, SetEntry, VsKey};
-use crate::model::warning::Warning;
 use drain::DestinationKey;
 pub use op::Op;
 pub use ownership::owns;
 use phases::Phases;
+pub use scope::Scope;
 
 /// An ordered list of operations, and what could not be planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

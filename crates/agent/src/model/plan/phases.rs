@@ -8,11 +8,11 @@ use ipnet::IpNet;
 
 use super::ownership::owns;
 use super::{Op, Plan};
-use crate::model::desired::iptables::canonical;
+use crate::model::desired::warning::Warning;
+use crate::model::kernel::canonical::canonical;
 use crate::model::kernel::{Jump, KernelState, Rules, Set, SetEntry, VirtualServer, VsKey};
 use crate::model::plan::drain::DestinationKey;
 use crate::model::snapshot::cluster::{Family, Protocol};
-use crate::model::warning::Warning;
 
 /// Where an operation goes in a plan. The variants are in plan order: everything new or
 /// changed (early), then the real servers that go, then what is no longer wanted (late), the

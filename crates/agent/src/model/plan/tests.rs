@@ -4,10 +4,10 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::model::desired::desired;
+use crate::model::desired::warning::Warning;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::kernel::SetKind;
 use crate::model::snapshot::cluster::Protocol;
-use crate::model::warning::Warning;
 
 /// `state` with `ops` applied, as the kernel would hold it.
 fn programmed(state: &KernelState, ops: &[Op]) -> KernelState {

@@ -14,13 +14,13 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::dataplane::memory::Memory;
+use crate::model::desired::warning::Warning as ModelWarning;
 use crate::model::desired::{Host, desired};
 use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
 use crate::model::incremental::REBUILD_EVERY;
 use crate::model::kernel::{KernelState, Table};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::{Protocol, SliceRef, changed_services};
-use crate::model::warning::Warning as ModelWarning;
 
 /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
 fn web(endpoints: &[&str]) -> Cluster {

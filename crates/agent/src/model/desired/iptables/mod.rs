@@ -6,22 +6,19 @@
 //! entries, as kube-proxy does.
 //!
 //! # Layout
-//! - `chains`: the agent's chains, the jumps into them from the built-in chains, and
-//!   [`OutFilter`], the one rule a Service adds.
+//! - `out_filter`: [`OutFilter`], the one rule a Service adds (the fixed chains and jumps are
+//!   the kernel view's: [`crate::model::kernel::chains`]).
 //! - `ruleset`: [`rules`], the rules of one family: the fixed table and one function per
 //!   feature.
 //! - `restore`: the `iptables-restore` input that writes the rules ([`restore_input`]) or
 //!   takes them away ([`removal_input`]).
-//! - `canonical`: [`canonical()`], the one spelling rules are compared in, whoever wrote them.
 //! - `tests`: the rule table, the restore text and the canonical form, against known lines.
 
-mod canonical;
-mod chains;
+mod out_filter;
 mod restore;
 mod ruleset;
 
-pub use canonical::canonical;
-pub use chains::{FILTER_CHAINS, JUMPS, NAT_CHAINS, OutFilter};
+pub use out_filter::OutFilter;
 pub use restore::{removal_input, restore_input};
 pub use ruleset::rules;
 

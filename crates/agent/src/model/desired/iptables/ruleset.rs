@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::chains::{JUMPS, OutFilter};
+use super::OutFilter;
 use crate::model::desired::sets::{self, SetDef, set_name};
+use crate::model::kernel::chains::JUMPS;
 use crate::model::kernel::{Rules, Set, Table};
 use crate::model::snapshot::cluster::Family;
 use crate::model::snapshot::config::{LocalDetector, ProxyConfig};

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::model::desired::sets::{self, SetDef};
+use crate::model::kernel::canonical::canonical;
 use crate::model::kernel::{Rules, Set, SetEntry, SetKind, Table};
 use crate::model::snapshot::cluster::Family;
 use crate::model::snapshot::config::{LocalDetector, ProxyConfig};

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use crate::model::desired::Host;
+use crate::model::kernel::host::Host;
 use crate::model::kernel::{KernelState, RealServers, Set, SetKind, VirtualServer, VsKey};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::{Family, Protocol};

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::kernel::{Rules, Table};
+use super::{Rules, Table};
 use crate::model::snapshot::cluster::Family;
 
 /// Rules of each `(table, chain)` in a canonical form, so that rules as written and rules as

@@ -1,7 +1,7 @@
-//! The agent's chains, the jumps from the built-in chains into them, and the one rule that is
-//! not fixed: a load-balancer IP the node itself may not reach.
+//! The agent's chains and the jumps from the built-in chains into them: the iptables state
+//! the agent owns, which the kernel view reads and the desired rules fill.
 
-use crate::model::kernel::{Jump, Table};
+use super::{Jump, Table};
 
 /// The agent's chains, by table.
 pub const NAT_CHAINS: &[&str] = &[
@@ -91,16 +91,4 @@ const fn jump(
         comment,
         target,
     }
-}
-
-/// A node-originated filter rule of `KUBE-IPVS-OUT-FILTER` (load-balancer source ranges that
-/// do not include the node).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct OutFilter {
-    /// The load-balancer IP.
-    pub address: std::net::IpAddr,
-    /// Its protocol.
-    pub protocol: crate::model::snapshot::cluster::Protocol,
-    /// Its port.
-    pub port: u16,
 }

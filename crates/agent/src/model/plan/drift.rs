@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::model::desired::iptables::canonical;
+use crate::model::kernel::canonical::canonical;
 use crate::model::kernel::{Jump, KernelState, LINK_NAME, Rules};
 use crate::model::plan::op_kind::{Object, OpKind};
 use crate::model::plan::{Op, Plan};
@@ -297,7 +297,7 @@ mod tests {
         for i in 0..5 {
             d.add(DriftKind::Address, 1, || format!("10.96.0.{i} missing"));
         }
-        let prerouting = crate::model::desired::iptables::JUMPS
+        let prerouting = crate::model::kernel::chains::JUMPS
             .iter()
             .find(|j| j.chain == "PREROUTING")
             .unwrap();
