@@ -335,11 +335,11 @@ fn an_ipset_at_its_maxelem_fails_its_entries_only() {
     }
     let (code, body) = agent.healthz().expect("/healthz answers");
     assert_eq!(code, 200, "{body}");
-    // A refusal is the warning that carries the operation and the kernel's error as keys.
+    // A refusal is the warning that carries the operation and the kernel's error (`err`) as keys.
     let refused = |l: &&str| {
         l.starts_with('W')
             && l.contains(" op=\"")
-            && l.contains(" error=\"")
+            && l.contains(" err=\"")
             && l.contains("KUBE-CLUSTER-IP")
     };
     let log = agent.log();
