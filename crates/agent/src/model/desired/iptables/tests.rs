@@ -125,3 +125,30 @@ fn restore_input_declares_every_chain_and_prepends_missing_jumps() {
     ));
     assert_eq!(text.matches("COMMIT\n").count(), 2);
 }
+
+/// The removal deletes each jump before the chain it leads to, and deletes only the agent's
+/// chains, each declared first (flushed) so that `-X` finds it empty.
+#[test]
+fn removal_input_deletes_jumps_then_the_agents_chains_table_by_table() {
+    let r = rules(Family::V4, &ProxyConfig::default(), &BTreeMap::new(), &[]);
+    let text = removal_input(&r);
+    let (nat, filter) = text.split_once("COMMIT\n").unwrap();
+    assert!(
+        nat.starts_with("*nat\n") && filter.starts_with("*filter\n"),
+        "{text}"
+    );
+    assert!(filter.ends_with("COMMIT\n"));
+    for (table, section) in [(Table::Nat, nat), (Table::Filter, filter)] {
+        let lines: Vec<&str> = section.lines().collect();
+        let declared = lines.iter().filter(|l| l.starts_with(':')).count();
+        let deleted = lines.iter().filter(|l| l.starts_with("-X ")).count();
+        let chains = r.chains.iter().filter(|(t, _)| *t == table).count();
+        assert_eq!((declared, deleted), (chains, chains), "{section}");
+        let jumps = r.jumps.iter().filter(|j| j.table == table).count();
+        assert_eq!(lines.iter().filter(|l| l.starts_with("-D ")).count(), jumps);
+        let last_jump = lines.iter().rposition(|l| l.starts_with("-D ")).unwrap();
+        let first_x = lines.iter().position(|l| l.starts_with("-X ")).unwrap();
+        assert!(last_jump < first_x, "{section}");
+    }
+    assert!(!text.contains("-F "), "no chain is flushed by name: {text}");
+}
