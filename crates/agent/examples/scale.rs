@@ -335,8 +335,9 @@ fn raw_inputs(n: usize, p: &Plan) -> RawInputs {
     };
     for op in &p.ops {
         match op {
-            Op::CreateSet { name, kind, .. } => {
-                if *kind == SetKind::BitmapPort {
+            Op::CreateSet(name) => {
+                let kind = name.kind();
+                if kind == SetKind::BitmapPort {
                     writeln!(sets, "create {name} bitmap:port range 0-65535").unwrap();
                 } else {
                     writeln!(

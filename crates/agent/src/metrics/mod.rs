@@ -247,7 +247,7 @@ impl Metrics {
         for (family, (internal, external)) in &report.no_local_endpoints {
             self.no_local_endpoints(*family, *internal, *external);
         }
-        self.ipset_entries(report.set_sizes.iter().cloned());
+        self.ipset_entries(report.set_sizes.iter().map(|(n, c)| (n.to_string(), *c)));
         self.observe_sync(&obs, report.full);
         self.destinations_draining(report.draining as u64);
         for (family, triggered) in &report.programmed {

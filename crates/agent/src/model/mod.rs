@@ -8,12 +8,12 @@
 //!   ([`snapshot::endpoints`]).
 //! - [`desired`]: the desired kernel state built from them (and [`desired::warning`], what it
 //!   and the plan find wrong and work around): virtual servers and VIPs, the
-//!   KUBE-* ipsets ([`desired::sets`]) and iptables catalogue ([`desired::iptables`]), the
+//!   KUBE-* ipsets' entries and iptables catalogue ([`desired::iptables`]), the
 //!   schedulers ([`desired::scheduler`]) and the stale UDP conntrack entries
 //!   ([`desired::conntrack`]).
 //! - [`kernel`]: the kernel state as plain data (desired or observed): the host's addresses,
-//!   the chains the agent owns and the one spelling rules are compared in, and the rolling
-//!   read of real servers.
+//!   the chains and the KUBE-* ipsets ([`kernel::sets`]) the agent owns, the one spelling
+//!   rules are compared in, and the rolling read of real servers.
 //! - [`plan`]: the ordered operations from the observed to the desired state, their kinds and
 //!   the drift they repair, the draining of removed real servers, the priority Services of a cold start, and the removal
 //!   of what other kube-proxy modes left.

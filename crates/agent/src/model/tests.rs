@@ -3,10 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::model::desired::sets;
 use crate::model::desired::warning::Warning;
 use crate::model::desired::{LocalAddress, desired};
 use crate::model::fixtures::*;
+use crate::model::kernel::sets::{self, named};
 use crate::model::kernel::{
     KernelState, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, SetEntry, VirtualServer, VsKey,
 };
@@ -29,7 +29,7 @@ fn dests(vs: &VirtualServer) -> Vec<String> {
 }
 
 fn entries(state: &KernelState, name: &str) -> Vec<String> {
-    state.sets[name]
+    state.sets[&named(name)]
         .entries
         .iter()
         .map(|e| e.to_string())
@@ -443,7 +443,7 @@ fn foreign_virtual_servers_are_never_deleted_and_own_ones_are() {
     kernel.services.insert(stale, vs);
     kernel
         .sets
-        .get_mut("KUBE-IPVS-OWNED")
+        .get_mut(&named("KUBE-IPVS-OWNED"))
         .unwrap()
         .entries
         .insert(SetEntry::IpPort(stale.address, Protocol::Tcp, 80));
@@ -470,7 +470,7 @@ fn a_set_of_the_wrong_type_is_left_alone_with_a_warning() {
     let want = desired(&web(&["10.244.1.2"]), &config(), &host()).state;
     let mut kernel = KernelState::default();
     kernel.sets.insert(
-        "KUBE-NODE-PORT-TCP".into(),
+        named("KUBE-NODE-PORT-TCP"),
         crate::model::kernel::Set {
             kind: crate::model::kernel::SetKind::HashIp,
             family: Family::V4,
@@ -486,7 +486,7 @@ fn a_set_of_the_wrong_type_is_left_alone_with_a_warning() {
     assert!(
         !p.ops
             .iter()
-            .any(|o| matches!(o, Op::CreateSet { name, .. } if name == "KUBE-NODE-PORT-TCP"))
+            .any(|o| matches!(o, Op::CreateSet(name) if name == "KUBE-NODE-PORT-TCP"))
     );
 }
 
@@ -976,7 +976,13 @@ fn node_ports_without_a_matching_node_address_leave_no_set_entry() {
         ..config()
     };
     let d = desired(&c, &cfg, &host());
-    let entries = |name: &str| d.state.sets.get(name).map(|s| s.entries.len()).unwrap_or(0);
+    let entries = |name: &str| {
+        d.state
+            .sets
+            .get(&named(name))
+            .map(|s| s.entries.len())
+            .unwrap_or(0)
+    };
     assert_eq!(entries("KUBE-NODE-PORT-TCP"), 0);
     assert!(
         d.state.services.keys().all(|k| k.port != 30080),
@@ -987,7 +993,7 @@ fn node_ports_without_a_matching_node_address_leave_no_set_entry() {
     assert_eq!(
         d.state
             .sets
-            .get("KUBE-NODE-PORT-TCP")
+            .get(&named("KUBE-NODE-PORT-TCP"))
             .map(|s| s.entries.len()),
         Some(1)
     );
@@ -1092,7 +1098,7 @@ fn a_takeover_deletes_what_kube_proxys_sets_prove_it_made() {
     let mut kernel = KernelState::default();
     let mut set = |name: &str, kind: SetKind, family: Family, entries: Vec<SetEntry>| {
         kernel.sets.insert(
-            name.into(),
+            named(name),
             Set {
                 kind,
                 family,

@@ -13,6 +13,7 @@ use crate::model::desired::HealthCheckAddresses;
 use crate::model::desired::scheduler::Refusal;
 use crate::model::desired::warning as model;
 use crate::model::incremental::computed::Computed;
+use crate::model::kernel::SetName;
 use crate::model::plan::Plan;
 use crate::model::plan::drift::Drift;
 use crate::model::plan::op_kind::OpKind;
@@ -50,7 +51,7 @@ pub struct Report {
     /// which had applied everything, so the kernel had been changed by someone else.
     pub drift: Drift,
     /// Entries of each agent set after the sync.
-    pub set_sizes: Vec<(String, u64)>,
+    pub set_sizes: Vec<(SetName, u64)>,
     /// Per family, `(internal, external)` Local-policy Service ports without local endpoints.
     pub no_local_endpoints: BTreeMap<Family, (u64, u64)>,
     /// The EndpointSlice changes this sync put in the kernel, by family, with their trigger
@@ -102,14 +103,14 @@ impl<D: Dataplane> Syncer<D> {
     }
 
     /// Entries of each agent set, as the shadow holds them after the sync.
-    pub(super) fn set_sizes(&self) -> Vec<(String, u64)> {
+    pub(super) fn set_sizes(&self) -> Vec<(SetName, u64)> {
         self.shadow
             .as_ref()
             .map(|s| {
                 s.state
                     .sets
                     .iter()
-                    .map(|(n, set)| (n.clone(), set.entries.len() as u64))
+                    .map(|(n, set)| (*n, set.entries.len() as u64))
                     .collect()
             })
             .unwrap_or_default()

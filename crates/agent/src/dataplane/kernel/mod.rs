@@ -252,8 +252,8 @@ impl Kernel {
                 .await?
             }
             Op::DestroySet(name) => {
-                let name = name.clone();
-                blocking("sets", move || sets::destroy(&name)).await?
+                let name = *name;
+                blocking("sets", move || sets::destroy(name)).await?
             }
             Op::DeleteLink => {
                 // The kernel deletes the routes through the link with it; bridges left on

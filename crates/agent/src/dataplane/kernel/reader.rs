@@ -15,7 +15,7 @@ use crate::dataplane::link::Links;
 use crate::dataplane::{Error, Observation, Traffic, sysctl};
 use crate::model::desired::Host;
 use crate::model::kernel::rolling::Part;
-use crate::model::kernel::{KernelState, Set, VirtualServer, VsKey};
+use crate::model::kernel::{KernelState, Set, SetName, VirtualServer, VsKey};
 use crate::model::snapshot::cluster::Family;
 
 /// What a read of the kernel found but for the VIP bindings, the rules as the backend
@@ -26,7 +26,7 @@ pub struct Found {
     traffic: BTreeMap<VsKey, Traffic>,
     /// Virtual servers whose real servers were not read.
     unread: BTreeSet<VsKey>,
-    sets: BTreeMap<String, Set>,
+    sets: BTreeMap<SetName, Set>,
     rules: Vec<(Family, Seen)>,
     sysctls: BTreeMap<String, String>,
 }

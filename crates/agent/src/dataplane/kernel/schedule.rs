@@ -13,7 +13,7 @@
 //!   addition, waits for the workers first, so everything new is in before anything old
 //!   goes.
 
-use crate::model::desired::sets::{OWNED, set_name};
+use crate::model::kernel::sets::{OWNED, SetName};
 use crate::model::plan::Op;
 use crate::model::plan::op_kind::{Object, OpKind};
 use crate::model::snapshot::cluster::Family;
@@ -132,13 +132,14 @@ fn may_overlap(kind: OpKind) -> bool {
 /// Whether `op` adds claims to the ownership set (`KUBE-IPVS-OWNED`, `KUBE-6-IPVS-OWNED`).
 fn is_claim(op: &Op) -> bool {
     matches!(op, Op::AddEntries { set, .. }
-        if [Family::V4, Family::V6].iter().any(|f| *set == set_name(&OWNED, *f)))
+        if [Family::V4, Family::V6].iter().any(|f| *set == SetName::new(&OWNED, *f)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernel::{SetEntry, SetKind, VsKey};
+    use crate::model::kernel::sets::named;
+    use crate::model::kernel::{SetEntry, VsKey};
 
     fn key(port: u16) -> VsKey {
         VsKey {
@@ -150,17 +151,13 @@ mod tests {
 
     fn entries(set: &str) -> Op {
         Op::AddEntries {
-            set: set.into(),
+            set: named(set),
             entries: vec![SetEntry::Port(30080)],
         }
     }
 
     fn create(set: &str) -> Op {
-        Op::CreateSet {
-            name: set.into(),
-            kind: SetKind::HashIpPort,
-            family: Family::V4,
-        }
+        Op::CreateSet(named(set))
     }
 
     fn vip(n: u8) -> Op {
@@ -226,7 +223,7 @@ mod tests {
     fn every_operation_is_scheduled_once_in_plan_order_within_its_route() {
         let mut ops = cold();
         ops.push(Op::DelService(key(82)));
-        ops.push(Op::DestroySet("KUBE-CLUSTER-IP".into()));
+        ops.push(Op::DestroySet(named("KUBE-CLUSTER-IP")));
         ops.push(Op::DeleteLink);
         let mut seen: Vec<usize> = schedule(&ops)
             .into_iter()
@@ -251,7 +248,7 @@ mod tests {
             vip(1),
             entries("KUBE-LOOP-BACK"),
             Op::DelEntries {
-                set: "KUBE-LOOP-BACK".into(),
+                set: named("KUBE-LOOP-BACK"),
                 entries: Vec::new(),
             },
         ];

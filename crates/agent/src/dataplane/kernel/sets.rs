@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use super::Kernel;
 use crate::dataplane::{Applied, Error};
-use crate::model::desired::sets::{self, set_name};
+use crate::model::kernel::sets::{self, SetName};
 use crate::model::kernel::{Set, SetEntry, SetKind};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::{Family, Protocol};
 
 /// The agent's sets of `families`, read on the blocking pool (libipset waits on its netlink
 /// socket).
-pub(super) async fn observe_sets(families: Vec<Family>) -> Result<BTreeMap<String, Set>, Error> {
+pub(super) async fn observe_sets(families: Vec<Family>) -> Result<BTreeMap<SetName, Set>, Error> {
     super::blocking("sets", move || read_sets(&families)).await?
 }
 
@@ -36,23 +36,24 @@ impl Kernel {
 }
 
 /// Reads the agent's sets of `families`.
-fn read_sets(families: &[Family]) -> Result<BTreeMap<String, Set>, Error> {
+fn read_sets(families: &[Family]) -> Result<BTreeMap<SetName, Set>, Error> {
     let mut session = ipset::Session::new().map_err(|e| ipset_error("open an ipset session", e))?;
     let mut out = BTreeMap::new();
     for family in families {
         for def in sets::ALL {
-            let name = set_name(def, *family);
-            let set_name = ipset::SetName::new(name.clone()).map_err(|e| ipset_error(&name, e))?;
+            let name = SetName::new(def, *family);
+            let text = name.as_str();
+            let set_name = ipset::SetName::new(text).map_err(|e| ipset_error(text, e))?;
             if session
                 .header(&set_name)
-                .map_err(|e| ipset_error(&name, e))?
+                .map_err(|e| ipset_error(text, e))?
                 .is_none()
             {
                 continue;
             }
             let set = session
                 .save_set(&set_name)
-                .map_err(|e| ipset_error(&name, e))?;
+                .map_err(|e| ipset_error(text, e))?;
             let Some(kind) = set_kind(set.header.set_type) else {
                 // A foreign type under one of our names: report it as a type we never use
                 // so the plan leaves it alone and says so.
@@ -85,9 +86,9 @@ fn read_sets(families: &[Family]) -> Result<BTreeMap<String, Set>, Error> {
 }
 
 /// Destroys the set `name`.
-pub(super) fn destroy(name: &str) -> Result<(), Error> {
+pub(super) fn destroy(name: SetName) -> Result<(), Error> {
     let mut session = ipset::Session::new()?;
-    session.destroy(&ipset::SetName::new(name)?)?;
+    session.destroy(&ipset::SetName::new(name.as_str())?)?;
     Ok(())
 }
 
@@ -233,7 +234,7 @@ fn set_entry(e: &ipset::Entry) -> Option<SetEntry> {
     })
 }
 
-fn lib_entry(e: &SetEntry, set: &str) -> Result<ipset::Entry, ipset::Error> {
+fn lib_entry(e: &SetEntry, set: &SetName) -> Result<ipset::Entry, ipset::Error> {
     Ok(match *e {
         SetEntry::Ip(ip) => ipset::Entry::Ip(ip),
         SetEntry::IpPort(ip, p, port) => ipset::Entry::IpPort {
@@ -263,15 +264,12 @@ fn lib_entry(e: &SetEntry, set: &str) -> Result<ipset::Entry, ipset::Error> {
 }
 
 fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, ipset::Error> {
-    let name = ipset::SetName::new;
+    let name = |n: &SetName| ipset::SetName::new(n.as_str());
     Ok(match op {
-        Op::CreateSet {
-            name: n,
-            kind,
-            family,
-        } => {
+        Op::CreateSet(n) => {
             let set_name = name(n)?;
-            let fam = match family {
+            let kind = n.kind();
+            let fam = match n.family() {
                 Family::V4 => ipset::Family::Inet,
                 Family::V6 => ipset::Family::Inet6,
             };
@@ -288,7 +286,7 @@ fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, ipset::Error> {
                     ipset::Header::hash(set_name, ipset::SetType::HashIpPortNet, fam)
                 }
             };
-            let header = if *kind == SetKind::BitmapPort {
+            let header = if kind == SetKind::BitmapPort {
                 header
             } else {
                 header.with_hashsize(1024).with_maxelem(65536)

@@ -4,6 +4,7 @@
 mod baseline;
 
 use super::*;
+use crate::model::kernel::sets::named;
 use crate::model::plan::Plan;
 
 fn lines_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
@@ -315,7 +316,7 @@ fn a_report_is_recorded_whole_and_ends_the_pending_changes() {
         duration: Duration::from_millis(3),
         draining: 2,
         ipvs_connections: Some(5),
-        set_sizes: vec![("KUBE-CLUSTER-IP".into(), 9)],
+        set_sizes: vec![(named("KUBE-CLUSTER-IP"), 9)],
         programmed: vec![(Family::V4, now - Duration::from_secs(1))],
         ..Report::default()
     };

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::{Desired, Footprint, Host, family_rules, sysctls};
 use crate::model::desired::iptables::OutFilter;
-use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::desired::warning::Warning;
+use crate::model::kernel::sets::{self, SetDef, SetName};
 use crate::model::kernel::{
     SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
 };
@@ -47,7 +47,7 @@ impl<'a> Builder<'a> {
         for family in &config.families {
             for def in sets::ALL {
                 out.d.state.sets.insert(
-                    set_name(def, *family),
+                    SetName::new(def, *family),
                     Set {
                         kind: def.kind,
                         family: *family,
@@ -86,10 +86,11 @@ impl<'a> Builder<'a> {
 
     /// Adds `entry` to the set `def` of `family` (when the family is served).
     pub(super) fn add_entry(&mut self, def: &'static SetDef, family: Family, entry: SetEntry) {
-        if let Some(set) = self.d.state.sets.get_mut(&set_name(def, family)) {
+        let name = SetName::new(def, family);
+        if let Some(set) = self.d.state.sets.get_mut(&name) {
             set.entries.insert(entry);
             if let Some(r) = &mut self.record {
-                r.entries.push((def, family, entry));
+                r.entries.push((name, entry));
             }
         }
     }

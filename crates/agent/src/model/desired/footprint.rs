@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use crate::model::desired::iptables::OutFilter;
-use crate::model::desired::sets::SetDef;
-use crate::model::kernel::{SetEntry, VsKey};
+use crate::model::kernel::{SetEntry, SetName, VsKey};
 use crate::model::snapshot::cluster::Family;
 
 /// What one Service put in the desired state, by key only (the content lives in the composed
@@ -16,8 +15,8 @@ use crate::model::snapshot::cluster::Family;
 pub(crate) struct Footprint {
     /// Virtual servers it asked for, won or not.
     pub vs: Vec<VsKey>,
-    /// Set entries, by set (definition and family).
-    pub entries: Vec<(&'static SetDef, Family, SetEntry)>,
+    /// Set entries, by set.
+    pub entries: Vec<(SetName, SetEntry)>,
     /// Addresses it bound on `kube-ipvs0`.
     pub addresses: Vec<IpAddr>,
     /// Load-balancer out filters.
@@ -31,10 +30,8 @@ impl Footprint {
     pub(super) fn dedup(&mut self) {
         self.vs.sort_unstable();
         self.vs.dedup();
-        self.entries
-            .sort_unstable_by(|a, b| (a.0.name, a.1, a.2).cmp(&(b.0.name, b.1, b.2)));
-        self.entries
-            .dedup_by(|a, b| (a.0.name, a.1, a.2) == (b.0.name, b.1, b.2));
+        self.entries.sort_unstable();
+        self.entries.dedup();
         self.addresses.sort_unstable();
         self.addresses.dedup();
         self.out_filters.sort_unstable();
@@ -46,8 +43,8 @@ impl Footprint {
 /// than one Service wants.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Footprints {
-    /// Set entries, keyed by set name, family and entry.
-    pub entries: HashMap<(&'static str, Family, SetEntry), u32>,
+    /// Set entries, keyed by set and entry.
+    pub entries: HashMap<(SetName, SetEntry), u32>,
     /// VIPs on `kube-ipvs0`.
     pub addresses: HashMap<IpAddr, u32>,
     /// Load-balancer out filters.
@@ -59,8 +56,8 @@ pub(crate) struct Footprints {
 impl Footprints {
     /// Counts `f`'s set entries, VIPs and out filters once more.
     pub(super) fn count(&mut self, f: &Footprint) {
-        for (def, family, e) in &f.entries {
-            *self.entries.entry((def.name, *family, *e)).or_default() += 1;
+        for entry in &f.entries {
+            *self.entries.entry(*entry).or_default() += 1;
         }
         for a in &f.addresses {
             *self.addresses.entry(*a).or_default() += 1;

@@ -9,8 +9,6 @@
 //! - `service`: one Service, through each way its ports are exposed (cluster IP, external
 //!   IPs, load balancer, node port).
 //! - `footprint`: what each Service put in, for [`crate::model::incremental`] to take it out again.
-//! - [`sets`]: the KUBE-* ipsets, named, typed and commented as kube-proxy makes them, and the
-//!   agent's ownership set.
 //! - [`iptables`]: the fixed KUBE-* catalogue of chains and rules, in `iptables-restore` form.
 //! - [`scheduler`]: which IPVS scheduler a Service's virtual servers get, and when a Service's
 //!   own is refused.
@@ -26,7 +24,6 @@ pub mod iptables;
 mod node_settings;
 pub mod scheduler;
 mod service;
-pub mod sets;
 pub mod warning;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::builder::Builder;
 use crate::model::desired::iptables::OutFilter;
-use crate::model::desired::sets;
+use crate::model::kernel::sets;
 use crate::model::kernel::{SetEntry, VsKey};
 use crate::model::snapshot::cluster::{
     Cluster, EndpointSlice, Family, Protocol, Service, ServicePort, ServiceType, TrafficPolicy,

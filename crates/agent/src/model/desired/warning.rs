@@ -2,7 +2,7 @@
 //! tests tell apart by variant, not by its text.
 
 use crate::model::desired::scheduler::Refusal;
-use crate::model::kernel::{SetKind, VsKey};
+use crate::model::kernel::{SetKind, SetName, VsKey};
 use crate::model::snapshot::cluster::ServiceRef;
 
 /// Something the desired state or the plan could not do as asked, and what it did instead.
@@ -28,7 +28,7 @@ pub enum Warning {
     )]
     SetKind {
         /// The set.
-        name: String,
+        name: SetName,
         /// The type it has.
         found: SetKind,
         /// The type the agent wants.

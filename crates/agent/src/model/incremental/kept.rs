@@ -18,10 +18,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::desired::iptables::OutFilter;
-use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::desired::{
     Desired, Footprint, Host, build, family_rules, footprints_of, resolve_node_settings,
 };
+use crate::model::kernel::sets::{self, SetName};
 use crate::model::kernel::{SetEntry, VsKey};
 use crate::model::plan::Scope;
 use crate::model::snapshot::cluster::{
@@ -31,7 +31,7 @@ use crate::model::snapshot::cluster::{
 use crate::model::snapshot::config::ProxyConfig;
 
 /// A set entry as the sharing counts key it.
-type EntryKey = (&'static str, Family, SetEntry);
+type EntryKey = (SetName, SetEntry);
 
 /// The desired state with what it takes to change it one Service at a time.
 #[derive(Debug, Clone)]
@@ -235,7 +235,7 @@ impl Kept {
                 if !wanted.contains(k) && self.desired.owners.get(k).is_some_and(|o| o.id == **id) {
                     self.desired.owners.remove(k);
                     self.desired.state.services.remove(k);
-                    rules_may_change |= self.derived(&sets::OWNED, owned(k), false, scope);
+                    rules_may_change |= self.derived(owned(k), false, scope);
                     scope.services.insert(*k);
                 }
             }
@@ -261,11 +261,11 @@ impl Kept {
                 }
                 self.desired.state.services.insert(*k, vs);
                 self.desired.owners.insert(*k, Arc::clone(svc));
-                rules_may_change |= self.derived(&sets::OWNED, owned(k), true, scope);
+                rules_may_change |= self.derived(owned(k), true, scope);
             }
         }
-        for (def, family, e) in &f.entries {
-            rules_may_change |= self.add_entry(def, *family, *e, scope);
+        for (name, e) in &f.entries {
+            rules_may_change |= self.add_entry(*name, *e, scope);
         }
         for a in &f.addresses {
             rules_may_change |= self.add_address(*a, scope);
@@ -287,8 +287,8 @@ impl Kept {
     /// each as far as no other Service shares it. True when the rules may change.
     fn take_out(&mut self, f: &Footprint, scope: &mut Scope) -> bool {
         let mut rules_may_change = false;
-        for (def, family, e) in &f.entries {
-            rules_may_change |= self.remove_entry(def, *family, *e, scope);
+        for (name, e) in &f.entries {
+            rules_may_change |= self.remove_entry(*name, *e, scope);
         }
         for a in &f.addresses {
             rules_may_change |= self.remove_address(*a, scope);
@@ -327,14 +327,7 @@ impl Kept {
 
     /// Adds (or removes) an entry only the state derives (ownership, VIPs), never shared.
     /// True when its set became empty or stopped being so.
-    fn derived(
-        &mut self,
-        def: &SetDef,
-        (family, e): (Family, SetEntry),
-        add: bool,
-        scope: &mut Scope,
-    ) -> bool {
-        let name = set_name(def, family);
+    fn derived(&mut self, (name, e): (SetName, SetEntry), add: bool, scope: &mut Scope) -> bool {
         let Some(set) = self.desired.state.sets.get_mut(&name) else {
             return false;
         };
@@ -351,37 +344,22 @@ impl Kept {
         flipped
     }
 
-    fn add_entry(
-        &mut self,
-        def: &'static SetDef,
-        family: Family,
-        e: SetEntry,
-        scope: &mut Scope,
-    ) -> bool {
+    fn add_entry(&mut self, name: SetName, e: SetEntry, scope: &mut Scope) -> bool {
         let present = self
             .desired
             .state
             .sets
-            .get(&set_name(def, family))
+            .get(&name)
             .is_some_and(|s| s.entries.contains(&e));
         if present {
-            *self
-                .shared_entries
-                .entry((def.name, family, e))
-                .or_default() += 1;
+            *self.shared_entries.entry((name, e)).or_default() += 1;
             return false;
         }
-        self.derived(def, (family, e), true, scope)
+        self.derived((name, e), true, scope)
     }
 
-    fn remove_entry(
-        &mut self,
-        def: &'static SetDef,
-        family: Family,
-        e: SetEntry,
-        scope: &mut Scope,
-    ) -> bool {
-        let key = (def.name, family, e);
+    fn remove_entry(&mut self, name: SetName, e: SetEntry, scope: &mut Scope) -> bool {
+        let key = (name, e);
         if let Some(n) = self.shared_entries.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
@@ -389,7 +367,7 @@ impl Kept {
             }
             return false;
         }
-        self.derived(def, (family, e), false, scope)
+        self.derived((name, e), false, scope)
     }
 
     fn add_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
@@ -398,12 +376,7 @@ impl Kept {
             return false;
         }
         scope.addresses.insert(ip);
-        self.derived(
-            &sets::IPVS_IPS,
-            (Family::of(&ip), SetEntry::Ip(ip)),
-            true,
-            scope,
-        )
+        self.derived(vip(ip), true, scope)
     }
 
     fn remove_address(&mut self, ip: IpAddr, scope: &mut Scope) -> bool {
@@ -416,12 +389,7 @@ impl Kept {
         }
         self.desired.state.addresses.remove(&ip);
         scope.addresses.insert(ip);
-        self.derived(
-            &sets::IPVS_IPS,
-            (Family::of(&ip), SetEntry::Ip(ip)),
-            false,
-            scope,
-        )
+        self.derived(vip(ip), false, scope)
     }
 }
 
@@ -434,9 +402,18 @@ fn more<K: std::hash::Hash + Eq>(m: HashMap<K, u32>) -> HashMap<K, u32> {
 }
 
 /// The ownership-set entry of a virtual server.
-fn owned(k: &VsKey) -> (Family, SetEntry) {
+/// The ownership set's entry for the virtual server `k`.
+fn owned(k: &VsKey) -> (SetName, SetEntry) {
     (
-        Family::of(&k.address),
+        SetName::new(&sets::OWNED, Family::of(&k.address)),
         SetEntry::IpPort(k.address, k.protocol, k.port),
+    )
+}
+
+/// The VIP set's entry for the address `ip`.
+fn vip(ip: IpAddr) -> (SetName, SetEntry) {
+    (
+        SetName::new(&sets::IPVS_IPS, Family::of(&ip)),
+        SetEntry::Ip(ip),
     )
 }

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use crate::model::kernel::host::Host;
-use crate::model::kernel::{KernelState, RealServers, Set, SetKind, VirtualServer, VsKey};
+use crate::model::kernel::{KernelState, RealServers, Set, SetName, VirtualServer, VsKey};
 use crate::model::plan::Op;
-use crate::model::snapshot::cluster::{Family, Protocol};
+use crate::model::snapshot::cluster::Protocol;
 
 /// The kernel as last read, with every plan applied since replayed on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,7 +119,7 @@ impl KernelState {
             Op::SetSysctl { key, value } => {
                 self.sysctls.insert(key.clone(), value.clone());
             }
-            Op::CreateSet { name, kind, family } => self.create_set(name, *kind, *family)?,
+            Op::CreateSet(name) => self.create_set(*name)?,
             Op::AddEntries { set, entries } => {
                 let set = self.set_mut(set)?;
                 set.entries.extend(entries.iter().copied());
@@ -182,7 +182,7 @@ impl KernelState {
     }
 
     /// The set `name`, or the refusal a missing set gets.
-    fn set_mut(&mut self, name: &str) -> Result<&mut Set, Refusal> {
+    fn set_mut(&mut self, name: &SetName) -> Result<&mut Set, Refusal> {
         self.sets
             .get_mut(name)
             .ok_or_else(|| Refusal::Missing(format!("set {name}")))
@@ -196,15 +196,15 @@ impl KernelState {
     }
 
     /// Makes an empty set, unless one of that name exists.
-    fn create_set(&mut self, name: &str, kind: SetKind, family: Family) -> Result<(), Refusal> {
-        if self.sets.contains_key(name) {
+    fn create_set(&mut self, name: SetName) -> Result<(), Refusal> {
+        if self.sets.contains_key(&name) {
             return Err(Refusal::Exists(format!("set {name}")));
         }
         self.sets.insert(
-            name.to_owned(),
+            name,
             Set {
-                kind,
-                family,
+                kind: name.kind(),
+                family: name.family(),
                 entries: BTreeSet::new(),
             },
         );
@@ -249,6 +249,7 @@ impl KernelState {
 mod tests {
     use super::*;
     use crate::model::kernel::VsKey;
+    use crate::model::kernel::sets::named;
 
     fn key() -> VsKey {
         VsKey {
@@ -288,7 +289,7 @@ mod tests {
         );
         assert_eq!(
             state.apply(&Op::AddEntries {
-                set: "KUBE-CLUSTER-IP".into(),
+                set: named("KUBE-CLUSTER-IP"),
                 entries: Vec::new(),
             }),
             Err(Refusal::Missing("set KUBE-CLUSTER-IP".into()))

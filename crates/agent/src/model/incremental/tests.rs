@@ -172,7 +172,7 @@ fn moved(a: &KernelState, b: &KernelState) -> Scope {
         let diff: BTreeSet<SetEntry> = x.symmetric_difference(y).copied().collect();
         let _ = set;
         if !diff.is_empty() {
-            s.entries.entry(name.clone()).or_default().extend(diff);
+            s.entries.entry(*name).or_default().extend(diff);
         }
     }
     s.addresses = a

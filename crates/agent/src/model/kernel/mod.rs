@@ -8,11 +8,14 @@
 //! - [`chains`]: the agent's iptables chains and the jumps into them, the part of iptables it
 //!   owns.
 //! - [`canonical`](mod@canonical): the one spelling rules are compared in, whoever wrote them.
+//! - [`sets`]: the KUBE-* ipsets the agent makes and their typed names ([`SetName`]), the part
+//!   of ipset it owns.
 
 pub mod canonical;
 pub mod chains;
 pub mod host;
 pub mod rolling;
+pub mod sets;
 pub mod sorted_map;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +26,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::model::snapshot::cluster::{Family, Protocol};
+pub use sets::SetName;
 use sorted_map::SortedMap;
 
 /// The dummy link that holds every VIP, named as kube-proxy names it.
@@ -281,7 +285,7 @@ pub struct KernelState {
     /// IPVS virtual servers. Observed state holds every one in the kernel, foreign ones too.
     pub services: BTreeMap<VsKey, VirtualServer>,
     /// The KUBE-* sets by name.
-    pub sets: BTreeMap<String, Set>,
+    pub sets: BTreeMap<SetName, Set>,
     /// Rules by family.
     pub rules: BTreeMap<Family, Rules>,
     /// Sysctls to hold.

@@ -217,7 +217,7 @@ fn example(op: &Op, observed: &KernelState) -> String {
             let was = observed.sysctls.get(key).map_or("unset", String::as_str);
             format!("{key} {was} -> {value}")
         }
-        Op::CreateSet { name, .. } => name.clone(),
+        Op::CreateSet(name) => name.to_string(),
         Op::AddEntries { set, entries } | Op::DelEntries { set, entries } => {
             let how = if op.kind() == OpKind::AddEntries {
                 "missing"
@@ -290,6 +290,7 @@ impl fmt::Display for Drift {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernel::sets::named;
 
     #[test]
     fn a_long_drift_is_cut_to_a_few_examples() {
@@ -344,7 +345,7 @@ mod tests {
                     weight: 0,
                 },
                 Op::DelDestination { key, destination },
-                Op::DestroySet("KUBE-CLUSTER-IP".into()),
+                Op::DestroySet(named("KUBE-CLUSTER-IP")),
                 Op::DeleteLink,
                 Op::UpdateDestination {
                     key,

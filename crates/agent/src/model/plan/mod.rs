@@ -91,9 +91,9 @@ pub fn plan_draining(
     // Sets the agent does not want are not its to touch.
     for (name, want) in &desired.sets {
         let have = observed.sets.get(name);
-        if p.set(name, want, have) {
+        if p.set(*name, want, have) {
             let (add, del) = entry_changes(want, have);
-            p.entries(name, add, del);
+            p.entries(*name, add, del);
         }
     }
     for ip in desired.addresses.symmetric_difference(&observed.addresses) {
@@ -136,9 +136,9 @@ pub fn plan_scoped(
             continue;
         };
         let have = observed.sets.get(name);
-        if p.set(name, want, have) {
+        if p.set(*name, want, have) {
             let (add, del) = entry_changes_among(entries, want, have);
-            p.entries(name, add, del);
+            p.entries(*name, add, del);
         }
     }
     for ip in &scope.addresses {
@@ -224,7 +224,7 @@ pub fn cleanup(observed: &KernelState, exclude_cidrs: &[IpNet]) -> Plan {
         p.ops.push(Op::DeleteLink);
     }
     for name in observed.sets.keys() {
-        p.ops.push(Op::DestroySet(name.clone()));
+        p.ops.push(Op::DestroySet(*name));
     }
     p
 }

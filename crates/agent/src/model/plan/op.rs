@@ -3,7 +3,7 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::model::kernel::{Jump, LINK_NAME, Rules, SetEntry, SetKind, VirtualServer, VsKey};
+use crate::model::kernel::{Jump, LINK_NAME, Rules, SetEntry, SetName, VirtualServer, VsKey};
 use crate::model::snapshot::cluster::Family;
 
 /// One change to the kernel.
@@ -18,19 +18,12 @@ pub enum Op {
         /// Value.
         value: String,
     },
-    /// Create a set.
-    CreateSet {
-        /// Its name.
-        name: String,
-        /// Its type.
-        kind: SetKind,
-        /// Its family.
-        family: Family,
-    },
+    /// Create a set, with its catalogue type, in its family.
+    CreateSet(SetName),
     /// Add entries to a set.
     AddEntries {
         /// The set.
-        set: String,
+        set: SetName,
         /// The entries.
         entries: Vec<SetEntry>,
     },
@@ -93,7 +86,7 @@ pub enum Op {
     /// Remove entries from a set.
     DelEntries {
         /// The set.
-        set: String,
+        set: SetName,
         /// The entries.
         entries: Vec<SetEntry>,
     },
@@ -105,7 +98,7 @@ pub enum Op {
         rules: Rules,
     },
     /// Destroy a set (`--cleanup`).
-    DestroySet(String),
+    DestroySet(SetName),
     /// Delete the `kube-ipvs0` link with its addresses (`--cleanup`).
     DeleteLink,
 }
@@ -115,7 +108,8 @@ impl fmt::Display for Op {
         match self {
             Op::CreateLink => write!(f, "create link {}", LINK_NAME),
             Op::SetSysctl { key, value } => write!(f, "sysctl {key}={value}"),
-            Op::CreateSet { name, kind, family } => {
+            Op::CreateSet(name) => {
+                let (kind, family) = (name.kind(), name.family());
                 write!(f, "create set {name} {} ({family:?})", kind.as_str())
             }
             Op::AddEntries { set, entries } => write!(f, "add {} entries to {set}", entries.len()),

@@ -202,6 +202,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::model::kernel::sets::named;
 
     #[test]
     fn labels_are_distinct_and_every_kind_is_listed_once() {
@@ -239,7 +240,7 @@ mod tests {
                 },
                 Object::RealServer,
             ),
-            (Op::DestroySet("KUBE-CLUSTER-IP".into()), Object::Set),
+            (Op::DestroySet(named("KUBE-CLUSTER-IP")), Object::Set),
             (
                 Op::AddAddress("10.96.0.10".parse().unwrap()),
                 Object::Address,

@@ -1,7 +1,7 @@
 //! Which observed virtual servers are the agent's to delete: those it claimed, and those
 //! kube-proxy left (so that the agent can take a node over from it).
 
-use crate::model::desired::sets::{self, set_name};
+use crate::model::kernel::sets::{self, SetName};
 use crate::model::kernel::{KernelState, SetEntry, VsKey};
 use crate::model::snapshot::cluster::{Family, Protocol};
 
@@ -14,7 +14,7 @@ pub fn owns(observed: &KernelState, key: &VsKey) -> bool {
     let family = Family::of(&key.address);
     let claimed = observed
         .sets
-        .get(&set_name(&sets::OWNED, family))
+        .get(&SetName::new(&sets::OWNED, family))
         .is_some_and(|s| {
             s.entries
                 .contains(&SetEntry::IpPort(key.address, key.protocol, key.port))
@@ -35,7 +35,7 @@ fn in_service_sets(observed: &KernelState, key: &VsKey) -> bool {
     let has = |def: &sets::SetDef, entry: &SetEntry| {
         observed
             .sets
-            .get(&set_name(def, family))
+            .get(&SetName::new(def, family))
             .is_some_and(|s| s.entries.contains(entry))
     };
     let ip_port = SetEntry::IpPort(key.address, key.protocol, key.port);

@@ -10,7 +10,9 @@ use super::ownership::owns;
 use super::{Op, Plan};
 use crate::model::desired::warning::Warning;
 use crate::model::kernel::canonical::canonical;
-use crate::model::kernel::{Jump, KernelState, Rules, Set, SetEntry, VirtualServer, VsKey};
+use crate::model::kernel::{
+    Jump, KernelState, Rules, Set, SetEntry, SetName, VirtualServer, VsKey,
+};
 use crate::model::plan::drain::DestinationKey;
 use crate::model::snapshot::cluster::{Family, Protocol};
 
@@ -99,20 +101,13 @@ impl Phases {
 
     /// The set `name`, created when missing. False when it exists with another type: it is
     /// left as it is, entries included, and the plan says so.
-    pub(super) fn set(&mut self, name: &str, want: &Set, have: Option<&Set>) -> bool {
+    pub(super) fn set(&mut self, name: SetName, want: &Set, have: Option<&Set>) -> bool {
         match have {
-            None => self.push(
-                Phase::Sets,
-                Op::CreateSet {
-                    name: name.to_string(),
-                    kind: want.kind,
-                    family: want.family,
-                },
-            ),
+            None => self.push(Phase::Sets, Op::CreateSet(name)),
             Some(h) if h.kind != want.kind => {
                 // Never change the type of an existing set (kube-proxy #77265): leave it and say so.
                 self.warnings.push(Warning::SetKind {
-                    name: name.to_string(),
+                    name,
                     found: h.kind,
                     wanted: want.kind,
                 });
@@ -124,12 +119,12 @@ impl Phases {
     }
 
     /// Entries of the set `name` to add (early) and to remove (last).
-    pub(super) fn entries(&mut self, name: &str, add: Vec<SetEntry>, del: Vec<SetEntry>) {
+    pub(super) fn entries(&mut self, name: SetName, add: Vec<SetEntry>, del: Vec<SetEntry>) {
         if !add.is_empty() {
             self.push(
                 Phase::Sets,
                 Op::AddEntries {
-                    set: name.to_string(),
+                    set: name,
                     entries: add,
                 },
             );
@@ -138,7 +133,7 @@ impl Phases {
             self.push(
                 Phase::EntryDeletions,
                 Op::DelEntries {
-                    set: name.to_string(),
+                    set: name,
                     entries: del,
                 },
             );

@@ -116,7 +116,7 @@ fn within(observed: &KernelState, want: &KernelState) -> KernelState {
             .filter_map(|(name, w)| {
                 let have = observed.sets.get(name)?;
                 Some((
-                    name.clone(),
+                    *name,
                     Set {
                         kind: have.kind,
                         family: have.family,

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::model::kernel::{SetEntry, VsKey};
+use crate::model::kernel::{SetEntry, SetName, VsKey};
 use crate::model::snapshot::cluster::Family;
 
 /// The keys a change touched: the plan compares the desired and the observed state on these
@@ -15,7 +15,7 @@ pub struct Scope {
     /// Virtual servers.
     pub services: BTreeSet<VsKey>,
     /// Set entries, by set name.
-    pub entries: BTreeMap<String, BTreeSet<SetEntry>>,
+    pub entries: BTreeMap<SetName, BTreeSet<SetEntry>>,
     /// VIPs on `kube-ipvs0`.
     pub addresses: BTreeSet<IpAddr>,
     /// Families whose rules changed.

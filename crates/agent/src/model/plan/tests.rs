@@ -7,6 +7,7 @@ use crate::model::desired::desired;
 use crate::model::desired::warning::Warning;
 use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::kernel::SetKind;
+use crate::model::kernel::sets::named;
 use crate::model::snapshot::cluster::Protocol;
 
 /// `state` with `ops` applied, as the kernel would hold it.
@@ -27,7 +28,7 @@ fn everything(a: &KernelState, b: &KernelState) -> Scope {
     for state in [a, b] {
         scope.services.extend(state.services.keys().copied());
         for (name, set) in &state.sets {
-            let entries = scope.entries.entry(name.clone()).or_default();
+            let entries = scope.entries.entry(*name).or_default();
             entries.extend(set.entries.iter().copied());
         }
         scope.addresses.extend(state.addresses.iter().copied());
@@ -72,7 +73,11 @@ fn a_scope_over_every_key_plans_what_the_whole_plan_plans() {
         &plan(&desired(&old, &config(), &host()).state, &none, &[]).ops,
     );
     // A set of the wrong type, which neither plan may touch.
-    kernel.sets.get_mut("KUBE-NODE-PORT-TCP").unwrap().kind = SetKind::HashIp;
+    kernel
+        .sets
+        .get_mut(&named("KUBE-NODE-PORT-TCP"))
+        .unwrap()
+        .kind = SetKind::HashIp;
     let want = desired(&new, &config(), &host()).state;
     // Sysctls are outside any scope: the full syncs keep them.
     kernel.sysctls = want.sysctls.clone();

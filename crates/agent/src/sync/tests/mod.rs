@@ -18,6 +18,7 @@ use crate::model::desired::warning::Warning as ModelWarning;
 use crate::model::desired::{Host, desired};
 use crate::model::fixtures::{added_vips, cluster, eps, kubernetes, svc};
 use crate::model::incremental::REBUILD_EVERY;
+use crate::model::kernel::sets::named;
 use crate::model::kernel::{KernelState, Table};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::{Protocol, SliceRef, changed_services};
@@ -951,20 +952,26 @@ async fn drift_is_counted_by_kind_and_only_once() {
         ),
         (
             "ipset flush",
-            Box::new(|k| k.sets.get_mut("KUBE-CLUSTER-IP").unwrap().entries.clear()),
+            Box::new(|k| {
+                k.sets
+                    .get_mut(&named("KUBE-CLUSTER-IP"))
+                    .unwrap()
+                    .entries
+                    .clear()
+            }),
             vec![(DriftKind::SetEntry, 2)],
         ),
         (
             "ipset destroy",
             Box::new(|k| {
-                k.sets.remove("KUBE-IPVS-OWNED");
+                k.sets.remove(&named("KUBE-IPVS-OWNED"));
             }),
             vec![(DriftKind::Set, 1), (DriftKind::SetEntry, 2)],
         ),
         (
             "ipset add",
             Box::new(|k| {
-                let set = k.sets.get_mut("KUBE-CLUSTER-IP").unwrap();
+                let set = k.sets.get_mut(&named("KUBE-CLUSTER-IP")).unwrap();
                 set.entries.insert(crate::model::kernel::SetEntry::IpPort(
                     "10.96.9.9".parse().unwrap(),
                     Protocol::Tcp,

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::OutFilter;
-use crate::model::desired::sets::{self, SetDef, set_name};
 use crate::model::kernel::chains::JUMPS;
+use crate::model::kernel::sets::{self, SetDef, SetName};
 use crate::model::kernel::{Rules, Set, Table};
 use crate::model::snapshot::cluster::Family;
 use crate::model::snapshot::config::{LocalDetector, ProxyConfig};
@@ -26,7 +26,7 @@ const FORWARD_ESTABLISHED: &str = "-A KUBE-FORWARD -m comment --comment \"kubern
 pub fn rules(
     family: Family,
     config: &ProxyConfig,
-    sets: &BTreeMap<String, Set>,
+    sets: &BTreeMap<SetName, Set>,
     out_filters: &[OutFilter],
 ) -> Rules {
     let sets = FamilySets { family, sets };
@@ -57,12 +57,12 @@ pub fn rules(
 /// The desired sets of one family, as the rules name and match them.
 struct FamilySets<'a> {
     family: Family,
-    sets: &'a BTreeMap<String, Set>,
+    sets: &'a BTreeMap<SetName, Set>,
 }
 
 impl FamilySets<'_> {
-    fn name(&self, def: &SetDef) -> String {
-        set_name(def, self.family)
+    fn name(&self, def: &SetDef) -> SetName {
+        SetName::new(def, self.family)
     }
 
     /// Whether the set has entries: a rule that matches an empty set is not written, as

@@ -3,13 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::model::desired::sets::{self, SetDef};
 use crate::model::kernel::canonical::canonical;
+use crate::model::kernel::sets::{self, SetDef, SetName};
 use crate::model::kernel::{Rules, Set, SetEntry, SetKind, Table};
 use crate::model::snapshot::cluster::Family;
 use crate::model::snapshot::config::{LocalDetector, ProxyConfig};
 
-fn sets_with(names: &[&SetDef]) -> BTreeMap<String, Set> {
+fn sets_with(names: &[&SetDef]) -> BTreeMap<SetName, Set> {
     names
         .iter()
         .map(|d| {
@@ -18,7 +18,7 @@ fn sets_with(names: &[&SetDef]) -> BTreeMap<String, Set> {
                 _ => SetEntry::Ip("10.0.0.1".parse().unwrap()),
             };
             (
-                d.name.to_string(),
+                SetName::new(d, Family::V4),
                 Set {
                     kind: d.kind,
                     family: Family::V4,
