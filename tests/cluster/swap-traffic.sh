@@ -1,7 +1,8 @@
 #!/bin/bash
 # The swap under traffic, on the lab cluster with kube-proxy (IPVS) serving: two client pods
 # on the last node send requests without pause, one through a ClusterIP, one through a
-# NodePort of the first node, to two servers; deploy/swap.sh to-agent, a pause, then
+# NodePort of the first node, to two servers (and a third, the control, to the first node's
+# server by its pod IP, past any service proxy); deploy/swap.sh to-agent, a pause, then
 # deploy/swap.sh back, as an operator runs them. Reports per phase the requests, those that
 # failed and the longest time without an answer, from the clients' own timestamped lines.
 #
@@ -66,12 +67,20 @@ spec:
   containers:
   - name: client
     image: registry.k8s.io/e2e-test-images/agnhost:2.66.1
-    command: [sh, -c, 'while :; do if t=\$(curl -fsS -m 1 -o /dev/null -w "%{time_total}" $url); then echo "ok \$t"; else echo fail; fi; done']
+    command: [sh, -c, 'while :; do if t=\$(curl -fsS -m 1 -o /dev/null -w "%{time_total}" $url); then echo "ok \$t"; else echo "fail \$?"; fi; done']
 EOF
 }
 client via-cluster-ip "http://$cip/hostname"
 client via-node-port "http://$first_ip:30080/hostname"
-k -n swap-traffic wait --for=condition=Ready pod/via-cluster-ip pod/via-node-port --timeout=300s >&2
+# The control: the server on the first node asked by its pod IP, a path no service proxy is
+# on. What it loses is what the loaded, emulated nodes lose, whoever proxies.
+pod_ip=$(k -n swap-traffic get pods -l app=server --field-selector spec.nodeName="$first" \
+    -o jsonpath='{.items[*].status.podIP}')
+[[ -n $pod_ip ]] || pod_ip=$(k -n swap-traffic get pods -l app=server -o jsonpath='{.items[*].status.podIP}')
+pod_ip=${pod_ip%% *}
+client via-pod-ip "http://$pod_ip:8080/hostname"
+k -n swap-traffic wait --for=condition=Ready pod/via-cluster-ip pod/via-node-port pod/via-pod-ip \
+    --timeout=300s >&2
 marks=("kube-proxy serving=$(now)")
 sleep 10
 marks+=("deploy/swap.sh to-agent=$(now)")
@@ -87,7 +96,7 @@ k -n kube-system rollout status daemonset/kube-proxy --timeout=300s >&2
 marks+=("kube-proxy serving again=$(now)")
 sleep 20
 marks+=("end=$(now)")
-for c in via-cluster-ip via-node-port; do
+for c in via-cluster-ip via-node-port via-pod-ip; do
     k -n swap-traffic logs --timestamps "$c" >"$out/$c.log"
 done
 python3 "$here/swap_report.py" "$out" "${marks[@]}" >"$out/swap.md" || rc=1
