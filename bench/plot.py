@@ -515,7 +515,7 @@ FIGURES = [("cold-sync.svg", cold_sync), ("change-latency.svg", change_latency),
 
 def table(r):
     lines = [f"The run: {run_line(r)}.", "",
-             "| target (`bench/results.json` key) | what | this run | target | |",
+             "| key in `bench/results.json` | what (the agent's) | this run | target | |",
              "|---|---|---|---|---|"]
     derived = False
     for key, what, unit, bound, derive in TARGETS:
