@@ -28,10 +28,53 @@
 #   tests/bench.sh --whole [--full | --sizes ... --route]
 #
 # The figures also go to bench/results.json (the issue's keys; null for what the run did not
-# measure). Every measurement runs in a fresh network namespace; compare the ratios, not the seconds
+# measure), with the commit and the date the run started (`commit`, `date`; per part in `runs`:
+# the scale bench and the side-by-side bench, each with its arguments); then bench/plot.py
+# draws the plots of BENCHMARKS.md (bench/*.svg) and its table of the targets from that file.
+# Every measurement runs in a fresh network namespace; compare the ratios, not the seconds
 # (software emulation is about 20 times slower than a real machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What is measured: HEAD when the run starts (-dirty if tracked files other than the results
+# and the page they are drawn into differ from it); --whole's two parts share it.
+if [[ -z ${BENCH_COMMIT:-} ]]; then
+    BENCH_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [[ $BENCH_COMMIT != unknown ]] &&
+        ! git diff --quiet HEAD -- . ':(exclude)bench' ':(exclude)BENCHMARKS.md' 2>/dev/null; then
+        BENCH_COMMIT+=-dirty
+    fi
+    BENCH_DATE=$(date -u +%Y-%m-%dT%H:%MZ)
+    export BENCH_COMMIT BENCH_DATE
+fi
+
+# merge PART LINE ARGS: one bench's figures (the JSON after RESULTS-JSON or BESIDE-JSON) into
+# bench/results.json, keys another bench wrote kept; then the plots and the page's table.
+merge() {
+    python3 - "$@" <<'PY'
+import json, os, pathlib, sys
+part, line, args = sys.argv[1:4]
+path = pathlib.Path("bench/results.json")
+out = json.loads(path.read_text()) if path.exists() else {}
+new = json.loads(line)
+sizes = out.get(part, {})
+sizes.update(new.pop("sizes" if part == "scale" else "beside"))
+out.update(new)
+out[part] = sizes
+run = {"commit": os.environ["BENCH_COMMIT"], "date": os.environ["BENCH_DATE"], "args": args.strip()}
+out.setdefault("runs", {})[part] = run
+out["commit"], out["date"] = run["commit"], run["date"]
+for k in ("cold_sync_ratio_10k first_service_share_10k first_service_raw_ratio_10k "
+          "change_p99_ratio_50k_1k noop_resync_ratio rss_mib_10k rss_mib_50k "
+          "cold_sync_ratio_50k_route kube_proxy_cold_ratio_10k kube_proxy_change_cpu_ratio_10k "
+          "kube_proxy_rss_ratio_10k nftables_cold_ratio_10k nftables_change_latency_p99_ratio_10k "
+          "nftables_change_cpu_ratio_10k nftables_rss_ratio_10k beside_agent_peak_rss_mib_10k").split():
+    out.setdefault(k, None)  # every key of issues 16 and 30, null until a run measures it
+path.parent.mkdir(exist_ok=True)
+path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+print(f"bench: wrote {path} ({part} at {run['commit']})")
+PY
+    python3 bench/plot.py
+}
 if [[ ${1:-} == --whole ]]; then
     shift
     rm -f bench/results.json
@@ -64,25 +107,7 @@ if [[ ${1:-} == --beside ]]; then
     line=$(grep -a '^BESIDE-JSON ' "$log" | tail -1 | cut -d' ' -f2-)
     rm -f "$log"
     [[ -n $line ]] || { echo "bench: no BESIDE-JSON line" >&2; exit 1; }
-    python3 - "$line" <<'PY'
-import json, pathlib, sys
-path = pathlib.Path("bench/results.json")
-out = json.loads(path.read_text()) if path.exists() else {}
-new = json.loads(sys.argv[1])
-sizes = out.get("beside", {})
-sizes.update(new.pop("beside"))
-out.update(new)
-out["beside"] = sizes
-for k in ("cold_sync_ratio_10k first_service_share_10k change_p99_ratio_50k_1k noop_resync_ratio "
-          "rss_mib_10k cold_sync_ratio_50k_route kube_proxy_cold_ratio_10k "
-          "kube_proxy_change_cpu_ratio_10k kube_proxy_rss_ratio_10k nftables_cold_ratio_10k "
-          "nftables_change_latency_p99_ratio_10k nftables_change_cpu_ratio_10k "
-          "nftables_rss_ratio_10k").split():
-    out.setdefault(k, None)  # every key of issue 16, null until a run measures it
-path.parent.mkdir(exist_ok=True)
-path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-print(f"bench: wrote {path}")
-PY
+    merge beside "$line" "--beside --sizes $sizes --changes $changes --programs $programs --change-secs $change_secs --cold-secs $cold_secs"
     exit 0
 fi
 memory=4096
@@ -96,22 +121,4 @@ cargo run --release --quiet -p lab -- run --machine pc --memory "$memory" --time
 line=$(grep -a '^RESULTS-JSON ' "$log" | tail -1 | cut -d' ' -f2-)
 rm -f "$log"
 [[ -n $line ]] || { echo "bench: no RESULTS-JSON line" >&2; exit 1; }
-python3 - "$line" <<'PY'
-import json, pathlib, sys
-path = pathlib.Path("bench/results.json")
-out = json.loads(path.read_text()) if path.exists() else {}
-new = json.loads(sys.argv[1])
-sizes = out.get("scale", {})
-sizes.update({k: v for k, v in new.pop("sizes").items()})
-out.update(new)
-out["scale"] = sizes
-for k in ("cold_sync_ratio_10k first_service_share_10k change_p99_ratio_50k_1k noop_resync_ratio "
-          "rss_mib_10k cold_sync_ratio_50k_route kube_proxy_cold_ratio_10k "
-          "kube_proxy_change_cpu_ratio_10k kube_proxy_rss_ratio_10k nftables_cold_ratio_10k "
-          "nftables_change_latency_p99_ratio_10k nftables_change_cpu_ratio_10k "
-          "nftables_rss_ratio_10k").split():
-    out.setdefault(k, None)  # every key of issue 16, null until a run measures it
-path.parent.mkdir(exist_ok=True)
-path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-print(f"bench: wrote {path}")
-PY
+merge scale "$line" "$*"

@@ -1327,9 +1327,10 @@ fn results_json(rows: &[Row]) -> String {
     let mut o = String::from("RESULTS-JSON {");
     let _ = write!(
         o,
-        "\"cold_sync_ratio_10k\": {}, \"first_service_share_10k\": {}, \"change_p99_ratio_50k_1k\": {}, \"noop_resync_ratio\": {}, \"rss_mib_10k\": {}, \"cold_sync_ratio_50k_route\": {}, \"sizes\": {{",
+        "\"cold_sync_ratio_10k\": {}, \"first_service_share_10k\": {}, \"first_service_raw_ratio_10k\": {}, \"change_p99_ratio_50k_1k\": {}, \"noop_resync_ratio\": {}, \"rss_mib_10k\": {}, \"rss_mib_50k\": {}, \"cold_sync_ratio_50k_route\": {}, \"sizes\": {{",
         num(at(10000).map(|r| r.agent.f("cold") / r.raw.load())),
         num(at(10000).map(|r| r.agent.f("first") / r.agent.f("cold"))),
+        num(at(10000).map(|r| r.agent.f("first") / r.raw.load())),
         num(at(50000)
             .zip(at(1000))
             .map(|(hi, lo)| hi.agent.f("chg_p99") / lo.agent.f("chg_p99"))),
@@ -1338,13 +1339,14 @@ fn results_json(rows: &[Row]) -> String {
             .map(|r| r.agent.f("noop") / dump(&r.agent))
             .reduce(f64::max)),
         num(at(10000).map(|r| r.agent.f("rss_cold") / 1048576.0)),
+        num(at(50000).map(|r| r.agent.f("rss_cold") / 1048576.0)),
         num(at(50000).and_then(|r| r.route.as_ref().map(|a| a.f("cold") / r.raw.load()))),
     );
     for (i, r) in rows.iter().enumerate() {
         let a = &r.agent;
         let _ = write!(
             o,
-            "{}\"{}\": {{\"t_raw_s\": {}, \"t_agent_cold_s\": {}, \"first_service_s\": {}, \"change_median_ms\": {}, \"change_p99_ms\": {}, \"noop_resync_s\": {}, \"t_dump_s\": {}, \"rss_cold_mib\": {}, \"t_agent_cold_route_s\": {}}}",
+            "{}\"{}\": {{\"t_raw_s\": {}, \"t_agent_cold_s\": {}, \"first_service_s\": {}, \"change_median_ms\": {}, \"change_p99_ms\": {}, \"noop_resync_s\": {}, \"t_dump_s\": {}, \"rss_cold_mib\": {}, \"rss_peak_mib\": {}, \"t_agent_cold_route_s\": {}}}",
             if i == 0 { "" } else { ", " },
             r.n,
             num(Some(r.raw.load())),
@@ -1355,6 +1357,7 @@ fn results_json(rows: &[Row]) -> String {
             num(Some(a.f("noop"))),
             num(Some(dump(a))),
             num(Some(a.f("rss_cold") / 1048576.0)),
+            num(Some(a.f("rss_peak") / 1048576.0)),
             num(r.route.as_ref().map(|a| a.f("cold"))),
         );
     }

@@ -5,7 +5,7 @@
 //! moves between its runtime's two workers, the blocking pool and the kernel reader's thread,
 //! so each arena grew to a peak of its own: beside the real API server at 10,000 Services the
 //! agent's peak RSS was 112-114 MiB with glibc's default and 93 MiB with one arena, its syncs
-//! no slower (BENCHMARKS.md, "Memory: the allocator"). jemalloc and mimalloc as the global
+//! no slower (BENCHMARKS.md, "Open targets", memory). jemalloc and mimalloc as the global
 //! allocator held more (137 and 122 MiB). No crate wraps `mallopt`, hence the call here.
 
 /// Makes glibc's `malloc` use one arena for all threads. Call it first in `main`, before any

@@ -643,6 +643,26 @@ impl Run {
         percentile(&self.latencies, 0.99)
     }
 
+    /// The distribution of the changes' latencies, ms: the nearest-rank p10, p20, ... p90,
+    /// p99 and the slowest (null when no change was seen). `bench/plot.py` draws it.
+    fn percentiles(&self) -> Value {
+        if self.latencies.is_empty() {
+            return Value::Null;
+        }
+        let round = |v: f64| json!((v * 1e4).round() / 1e4);
+        let mut m = serde_json::Map::new();
+        for d in 1..=9 {
+            let q = f64::from(d) / 10.0;
+            m.insert(
+                format!("p{}", d * 10),
+                round(percentile(&self.latencies, q)),
+            );
+        }
+        m.insert("p99".into(), round(self.p99()));
+        m.insert("max".into(), round(percentile(&self.latencies, 1.0)));
+        Value::Object(m)
+    }
+
     fn json(&self) -> Value {
         let num = |v: f64| {
             if v.is_finite() {
@@ -660,6 +680,7 @@ impl Run {
             "changes_lost": self.lost,
             "change_median_ms": num(self.median()),
             "change_p99_ms": num(self.p99()),
+            "change_percentiles_ms": self.percentiles(),
             "change_cpu_ms": num(self.change_cpu_ms),
             "change_window_cpu_ms": num(self.change_window_cpu_ms),
             "change_phase_s": num(self.change_phase),
@@ -1098,6 +1119,12 @@ fn results_json(
         "nftables_change_latency_p99_ratio_10k": ratio("nftables", Run::p99),
         "nftables_change_cpu_ratio_10k": ratio("nftables", |r| r.change_cpu_ms),
         "nftables_rss_ratio_10k": ratio("nftables", |r| r.rss_peak),
+        "beside_agent_peak_rss_mib_10k": all
+            .get(&10000)
+            .and_then(|r| r.get("agent"))
+            .map(|r| r.rss_peak)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map_or(Value::Null, |v| json!((v * 1e4).round() / 1e4)),
     });
     let nulls: Vec<&str> = out
         .as_object()
@@ -1213,4 +1240,24 @@ table ip kube-proxy {
     assert!(nft_shows(table, Ipv4Addr::new(10, 128, 0, 15)));
     assert!(!nft_shows(table, Ipv4Addr::new(10, 200, 0, 50)));
     assert!(!nft_shows(table, Ipv4Addr::new(10, 128, 1, 24)));
+}
+
+/// The stored distribution: nearest-rank deciles, p99 and the slowest, beside the median and
+/// p99 keys as before; null when no change was seen.
+#[test]
+fn the_change_percentiles_are_the_nearest_rank_deciles_p99_and_max() {
+    let run = Run {
+        latencies: (1..=100).rev().map(f64::from).collect(),
+        ..Run::default()
+    };
+    let json = run.json();
+    let p = &json["change_percentiles_ms"];
+    for d in 1..=9 {
+        assert_eq!(p[format!("p{}", d * 10)], json!(f64::from(d * 10)));
+    }
+    assert_eq!(p["p99"], json!(99.0));
+    assert_eq!(p["max"], json!(100.0));
+    assert_eq!(json["change_median_ms"], p["p50"]);
+    assert_eq!(json["change_p99_ms"], p["p99"]);
+    assert!(Run::default().json()["change_percentiles_ms"].is_null());
 }
