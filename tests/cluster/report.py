@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--commit", required=True)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--explain", help="a markdown file of explanations appended as is")
+    ap.add_argument("--date", default=datetime.date.today().isoformat(),
+                    help="the day of the runs (default: today)")
     ap.add_argument("--swap", help="swap-traffic.sh's table (swap.md); its junit beside it, in swapped/")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -91,7 +93,7 @@ def main():
         "Written by `tests/cluster/report.py` from the junit reports of `tests/cluster/e2e.sh`"
         " (do not edit by hand).",
         "",
-        f"- Commit: {args.commit}; date: {datetime.date.today().isoformat()}; "
+        f"- Commit: {args.commit}; date: {args.date}; "
         f"nodes: {args.nodes} (lab VMs); Kubernetes v1.37.2 (e2e.test, kubelet, kube-proxy "
         "from the same module).",
         ("- kube-proxy (IPVS): **no report: its run did not finish** (every row says not run)."
@@ -121,10 +123,11 @@ def main():
         ran = {n: r for n, r in swapped.items() if r[0] != "skipped"}
         passed = sum(1 for r in ran.values() if r[0] == "passed")
         lines += ["", "## The swap under traffic (tests/cluster/swap-traffic.sh)", "",
-                  "kube-proxy (IPVS) serving; two clients on the last node request without pause"
-                  " through a ClusterIP and through the first node's NodePort; `deploy/swap.sh"
-                  " to-agent`, the Conformance Services tests on the swapped cluster, then"
-                  " `deploy/swap.sh back`.", "",
+                  "kube-proxy (IPVS) serving; clients on the last node request without pause"
+                  " through a ClusterIP, through the first node's NodePort and, as the control,"
+                  " to the first node's server by its pod IP (no service proxy on that path);"
+                  " `deploy/swap.sh to-agent`, the Conformance Services tests on the swapped"
+                  " cluster, then `deploy/swap.sh back`.", "",
                   f"Conformance Services tests with the agent after the swap: {passed} of"
                   f" {len(ran)} passed.", ""]
         with open(args.swap) as f:
