@@ -138,7 +138,8 @@ impl Pacing {
     }
 
     /// Syncs `cluster`: fully when due (a periodic pass reads the kernel apart, and runs
-    /// once the read ends), else the Services that changed since the last snapshot. Returns
+    /// once the read ends) or when the Node changed, else the Services that changed since
+    /// the last snapshot. Returns
     /// whether the sync was full and what it did; `None` when there was nothing to sync.
     async fn sync<D: Dataplane>(
         &mut self,
@@ -149,7 +150,15 @@ impl Pacing {
         // read at scale takes seconds).
         let due = Instant::now() >= self.next_full && !syncer.reading();
         let started = due && !self.failing && syncer.start_read();
-        let full = syncer.read_ended() || (due && !started);
+        // A change of the Node (its addresses above all) comes with a change of the host's
+        // own addresses, which only a read of the kernel sees: node ports would stay on the
+        // addresses of the last read until the next periodic pass (kube-proxy reads them in
+        // every sync, and restarts when its node IP changes).
+        let node_changed = self
+            .previous
+            .as_deref()
+            .is_some_and(|p| p.node != cluster.node);
+        let full = syncer.read_ended() || (due && !started) || node_changed;
         self.wait = true;
         // Between full syncs, only the Services that changed since the last snapshot synced.
         let changed = self

@@ -462,6 +462,51 @@ async fn full_syncs_keep_the_state_changes_brought_and_build_it_whole_every_elev
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_node_change_reads_the_kernel_and_the_hosts_addresses_again() {
+    let (tx, rx) = watch::channel(None);
+    let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
+    let periods = Periods {
+        sync: Duration::from_secs(3600),
+        min_sync: Duration::from_secs(1),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let moved = |c: Cluster| {
+        let mut node = crate::model::fixtures::node_in(None);
+        node.addresses = vec!["192.168.51.10".parse().unwrap()];
+        Cluster {
+            node: Some(node),
+            ..c
+        }
+    };
+    let driver = async move {
+        tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // An endpoint change: synced against the shadow, no read.
+        tx.send(Some(Arc::new(web(&["10.244.0.2", "10.244.0.3"]))))
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // The Node's address moves: the host's addresses are read again.
+        tx.send(Some(Arc::new(moved(web(&["10.244.0.2", "10.244.0.3"])))))
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop_tx.send(()).unwrap();
+        tx
+    };
+    let mut fulls = Vec::new();
+    let run_loop = run(
+        &mut syncer,
+        rx,
+        periods,
+        async { stop_rx.await.unwrap_or(()) },
+        |r| fulls.push(r.full),
+        |_| {},
+    );
+    let (_tx, ()) = tokio::join!(driver, run_loop);
+    assert_eq!(fulls, [true, false, true]);
+    assert_eq!(syncer.dataplane().observed, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn no_kernel_change_before_the_first_snapshot_and_debounced_after() {
     let (tx, rx) = watch::channel(None);
     let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
