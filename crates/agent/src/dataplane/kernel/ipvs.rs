@@ -179,7 +179,7 @@ fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
         connections,
     } = real_servers(dests);
     VirtualServer {
-        scheduler: svc.scheduler.name().to_string(),
+        scheduler: svc.scheduler.name().into(),
         sched_flags: (svc.flags & sched_mask).bits(),
         persistence: svc
             .flags
@@ -208,7 +208,7 @@ fn real_servers(dests: &[Destination]) -> RealServers {
 }
 
 fn ipvs_service(key: &VsKey, vs: &VirtualServer) -> Service {
-    let mut svc = Service::new(ipvs_key(key), Scheduler::from_name(&vs.scheduler));
+    let mut svc = Service::new(ipvs_key(key), Scheduler::from_name(vs.scheduler.as_str()));
     if let Some(timeout) = vs.persistence {
         svc = svc.persistent(timeout.max(Duration::from_secs(1)));
     }

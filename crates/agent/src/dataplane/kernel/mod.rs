@@ -324,7 +324,7 @@ impl Dataplane for Kernel {
     async fn apply(&mut self, plan: &Plan) -> Result<Applied, Error> {
         for op in &plan.ops {
             if let Op::AddService { service, .. } | Op::UpdateService { service, .. } = op {
-                self.modules.prepare(&service.scheduler).await;
+                self.modules.prepare(service.scheduler.as_str()).await;
             }
         }
         let mut applied = Applied::default();

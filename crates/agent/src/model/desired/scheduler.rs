@@ -22,11 +22,8 @@ use std::fmt;
 use crate::model::snapshot::cluster::{Cluster, Service, ServiceRef};
 use crate::model::snapshot::config::ProxyConfig;
 
-/// The schedulers of the kernel's IPVS (`net/netfilter/ipvs/ip_vs_*.c` that call
-/// `register_ip_vs_scheduler`): the only names a Service's annotation may give.
-pub const SCHEDULERS: &[&str] = &[
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos",
-];
+use crate::model::kernel::SchedulerName;
+pub use crate::model::kernel::scheduler_name::SCHEDULERS;
 
 /// Schedulers whose kernel module registers per-network-namespace state when it loads
 /// (`register_pernet_subsys` in `ip_vs_lblc.c` and `ip_vs_lblcr.c`; the other schedulers
@@ -84,9 +81,9 @@ impl fmt::Display for Refusal {
 
 /// The scheduler of `service`'s virtual servers under `config`, and the refusal of its own
 /// scheduler when that is what happened.
-pub fn resolve(service: &Service, config: &ProxyConfig) -> (String, Option<Refusal>) {
+pub fn resolve(service: &Service, config: &ProxyConfig) -> (SchedulerName, Option<Refusal>) {
     let Some(asked) = &service.scheduler else {
-        return (config.scheduler.clone(), None);
+        return (config.scheduler.as_str().into(), None);
     };
     let why = if *asked == config.scheduler {
         None
@@ -100,7 +97,7 @@ pub fn resolve(service: &Service, config: &ProxyConfig) -> (String, Option<Refus
         None
     };
     match why {
-        None => (asked.clone(), None),
+        None => (asked.as_str().into(), None),
         Some(why) => {
             let refusal = Refusal {
                 service: service.id.clone(),
@@ -108,7 +105,7 @@ pub fn resolve(service: &Service, config: &ProxyConfig) -> (String, Option<Refus
                 instead: config.scheduler.clone(),
                 why,
             };
-            (config.scheduler.clone(), Some(refusal))
+            (config.scheduler.as_str().into(), Some(refusal))
         }
     }
 }
@@ -157,12 +154,12 @@ mod tests {
         ] {
             assert_eq!(
                 resolve(&with_scheduler("web", Some(asked)), &config),
-                (asked.to_string(), None)
+                (asked.into(), None)
             );
         }
         assert_eq!(
             resolve(&with_scheduler("web", None), &config),
-            ("rr".to_string(), None)
+            ("rr".into(), None)
         );
     }
 
@@ -173,7 +170,7 @@ mod tests {
             ..ProxyConfig::default()
         };
         let s = with_scheduler("web", Some("lblc"));
-        assert_eq!(resolve(&s, &allowed), ("lblc".to_string(), None));
+        assert_eq!(resolve(&s, &allowed), ("lblc".into(), None));
         assert!(
             resolve(&with_scheduler("web", Some("lblcr")), &allowed)
                 .1
@@ -185,7 +182,7 @@ mod tests {
             ..ProxyConfig::default()
         };
         let s = with_scheduler("web", Some("lblcr"));
-        assert_eq!(resolve(&s, &node), ("lblcr".to_string(), None));
+        assert_eq!(resolve(&s, &node), ("lblcr".into(), None));
     }
 
     #[test]
@@ -220,7 +217,7 @@ mod tests {
         };
         assert_eq!(
             resolve(&with_scheduler("web", Some("mine")), &node),
-            ("mine".to_string(), None)
+            ("mine".into(), None)
         );
     }
 

@@ -8,6 +8,7 @@
 //! - [`chains`]: the agent's iptables chains and the jumps into them, the part of iptables it
 //!   owns.
 //! - [`canonical`](mod@canonical): the one spelling rules are compared in, whoever wrote them.
+//! - [`scheduler_name`]: a virtual server's scheduler by name, and the kernel's schedulers.
 //! - [`sets`]: the KUBE-* ipsets the agent makes and their typed names ([`SetName`]), the part
 //!   of ipset it owns.
 
@@ -15,6 +16,7 @@ pub mod canonical;
 pub mod chains;
 pub mod host;
 pub mod rolling;
+pub mod scheduler_name;
 pub mod sets;
 pub mod sorted_map;
 
@@ -26,6 +28,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::model::snapshot::cluster::{Family, Protocol};
+pub use scheduler_name::SchedulerName;
 pub use sets::SetName;
 use sorted_map::SortedMap;
 
@@ -82,7 +85,7 @@ impl Connections {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct VirtualServer {
     /// The scheduler's kernel name.
-    pub scheduler: String,
+    pub scheduler: SchedulerName,
     /// Scheduler flags (`SCHED_FLAG_*`), without the persistent and hashed bits.
     pub sched_flags: u32,
     /// Persistence (session affinity) timeout; `None` when not persistent.
