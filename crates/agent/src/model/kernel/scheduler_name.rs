@@ -36,21 +36,20 @@ impl SchedulerName {
     }
 }
 
+/// The kernel's own spelling of `name`, when it is one of its schedulers.
+fn known(name: &str) -> Option<&'static str> {
+    SCHEDULERS.iter().copied().find(|s| *s == name)
+}
+
 impl From<&str> for SchedulerName {
     fn from(name: &str) -> Self {
-        match SCHEDULERS.iter().find(|s| **s == name) {
-            Some(known) => SchedulerName(Cow::Borrowed(known)),
-            None => SchedulerName(Cow::Owned(name.to_owned())),
-        }
+        SchedulerName(known(name).map_or_else(|| Cow::Owned(name.to_owned()), Cow::Borrowed))
     }
 }
 
 impl From<String> for SchedulerName {
     fn from(name: String) -> Self {
-        match SCHEDULERS.iter().find(|s| **s == name) {
-            Some(known) => SchedulerName(Cow::Borrowed(known)),
-            None => SchedulerName(Cow::Owned(name)),
-        }
+        SchedulerName(known(&name).map_or(Cow::Owned(name), Cow::Borrowed))
     }
 }
 
