@@ -45,17 +45,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let outcome = rt.block_on(async {
-        let handle = ipvs_netlink::connect().await?;
-        match command {
-            Command::Save => save(&handle).await,
-            Command::Restore => restore(&handle).await,
-            Command::List { stats } => list(&handle, stats).await,
-        }
+    let rt = runtime();
+    let outcome = rt.block_on(ipvs_netlink::connect()).and_then(|handle| match command {
+        Command::Save => save(&rt, &handle),
+        Command::Restore => rt.block_on(restore(&handle)),
+        Command::List { stats } => list(&rt, &handle, stats),
     });
     match outcome {
         Ok(code) => code,
@@ -78,15 +72,66 @@ enum Command {
     List { stats: bool },
 }
 
+/// At most this many threads read real servers, each over a socket of its own.
+const MAX_READERS: usize = 4;
+/// Below this many services one socket reads them all: threads would cost more than they save.
+const THREADED_FROM: usize = 256;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// Services in the kernel's order, each with its destinations, sorted as ipvsadm sorts.
-async fn table(handle: &Handle) -> Result<Vec<Entry>> {
-    let services = handle.services().list().await?;
+///
+/// Each service's real servers are one dump, a round trip to the kernel; ipvsadm makes them
+/// one after another. Here contiguous shares of the services are read at once, by this
+/// thread and up to [`MAX_READERS`] - 1 others, each with its own runtime and socket, as the
+/// agent reads a large table; the shares join in the kernel's order, so the sort sees what
+/// ipvsadm's sees.
+fn table(rt: &tokio::runtime::Runtime, handle: &Handle) -> Result<Vec<Entry>> {
+    let services = rt.block_on(handle.services().list())?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let readers = if services.len() < THREADED_FROM {
+        1
+    } else {
+        cores.min(MAX_READERS)
+    };
+    let share = services.len().div_ceil(readers).max(1);
+    let mut shares = services.chunks(share);
+    let mine = shares.next().unwrap_or_default();
+    let mut entries = std::thread::scope(|scope| {
+        let others: Vec<_> = shares
+            .map(|part| {
+                scope.spawn(move || {
+                    let rt = runtime();
+                    let handle = rt.block_on(ipvs_netlink::connect())?;
+                    rt.block_on(read_destinations(&handle, part))
+                })
+            })
+            .collect();
+        let mut entries = rt.block_on(read_destinations(handle, mine))?;
+        for other in others {
+            entries.extend(other.join().expect("an IPVS reader thread panicked")?);
+        }
+        Ok::<_, ipvs_netlink::Error>(entries)
+    })?;
+    ipvsadm::sort(&mut entries);
+    Ok(entries)
+}
+
+/// `services`, each with its real servers, read over `handle` one after another.
+async fn read_destinations(
+    handle: &Handle,
+    services: &[ipvs_netlink::Service],
+) -> Result<Vec<Entry>> {
     let mut entries = Vec::with_capacity(services.len());
     for svc in services {
         let dests = handle.destinations(&svc.key).dump().try_collect().await?;
-        entries.push((svc, dests));
+        entries.push((svc.clone(), dests));
     }
-    ipvsadm::sort(&mut entries);
     Ok(entries)
 }
 
@@ -97,13 +142,13 @@ fn print(text: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn save(handle: &Handle) -> Result<ExitCode> {
-    print(&ipvsadm::save(&table(handle).await?))
+fn save(rt: &tokio::runtime::Runtime, handle: &Handle) -> Result<ExitCode> {
+    print(&ipvsadm::save(&table(rt, handle)?))
 }
 
-async fn list(handle: &Handle, stats: bool) -> Result<ExitCode> {
-    let info = handle.info().await?;
-    print(&ipvsadm::list(&info, &table(handle).await?, stats))
+fn list(rt: &tokio::runtime::Runtime, handle: &Handle, stats: bool) -> Result<ExitCode> {
+    let info = rt.block_on(handle.info())?;
+    print(&ipvsadm::list(&info, &table(rt, handle)?, stats))
 }
 
 async fn restore(handle: &Handle) -> Result<ExitCode> {
