@@ -46,11 +46,13 @@ fn main() -> ExitCode {
         }
     };
     let rt = runtime();
-    let outcome = rt.block_on(ipvs_netlink::connect()).and_then(|handle| match command {
-        Command::Save => save(&rt, &handle),
-        Command::Restore => rt.block_on(restore(&handle)),
-        Command::List { stats } => list(&rt, &handle, stats),
-    });
+    let outcome = rt
+        .block_on(ipvs_netlink::connect())
+        .and_then(|handle| match command {
+            Command::Save => save(&rt, &handle),
+            Command::Restore => rt.block_on(restore(&handle)),
+            Command::List { stats } => list(&rt, &handle, stats),
+        });
     match outcome {
         Ok(code) => code,
         Err(e) => {
