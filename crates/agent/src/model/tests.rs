@@ -671,10 +671,15 @@ fn draining_case(
     protocol: Protocol,
     weight: u32,
     counts: Option<(u32, u32)>,
-) -> (KernelState, KernelState, VsKey, std::net::SocketAddr) {
+) -> (
+    KernelState,
+    KernelState,
+    VsKey,
+    crate::model::kernel::RealServer,
+) {
     let k = key("10.96.0.10", protocol, 80);
-    let kept: std::net::SocketAddr = "10.244.1.2:8080".parse().unwrap();
-    let gone: std::net::SocketAddr = "10.244.1.3:8080".parse().unwrap();
+    let kept: crate::model::kernel::RealServer = "10.244.1.2:8080".parse().unwrap();
+    let gone: crate::model::kernel::RealServer = "10.244.1.3:8080".parse().unwrap();
     let want_vs = VirtualServer {
         scheduler: "rr".into(),
         destinations: [(kept, 1)].into(),

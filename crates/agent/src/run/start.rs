@@ -148,8 +148,8 @@ pub async fn init_only(kernel: &mut impl Dataplane, config: &ProxyConfig) -> any
     for (key, value) in sysctls(config) {
         let plan = Plan {
             ops: vec![Op::SetSysctl {
-                key: key.clone(),
-                value,
+                key: key.as_str().into(),
+                value: value.into(),
             }],
             ..Plan::default()
         };
@@ -203,7 +203,10 @@ mod tests {
         let written: Vec<Op> = kernel.applied.iter().flat_map(|p| p.ops.clone()).collect();
         let want: Vec<Op> = sysctls(&config)
             .into_iter()
-            .map(|(key, value)| Op::SetSysctl { key, value })
+            .map(|(key, value)| Op::SetSysctl {
+                key: key.into(),
+                value: value.into(),
+            })
             .collect();
         assert!(!want.is_empty());
         assert_eq!(written, want);

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::Kernel;
 use crate::dataplane::{Applied, Error, RealServers, Traffic};
 use crate::model::kernel::rolling::Part;
-use crate::model::kernel::{Connections, VirtualServer, VsKey};
+use crate::model::kernel::{Connections, RealServer, VirtualServer, VsKey};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::Protocol;
 
@@ -191,7 +191,7 @@ fn virtual_server(svc: &Service, dests: &[Destination]) -> VirtualServer {
 }
 
 fn real_servers(dests: &[Destination]) -> RealServers {
-    let addr = |d: &Destination| std::net::SocketAddr::new(d.address, d.port);
+    let addr = |d: &Destination| RealServer::new(d.address, d.port);
     RealServers {
         destinations: dests.iter().map(|d| (addr(d), d.weight)).collect(),
         connections: dests
@@ -216,7 +216,7 @@ fn ipvs_service(key: &VsKey, vs: &VirtualServer) -> Service {
     svc
 }
 
-fn ipvs_destination(addr: &std::net::SocketAddr, weight: u32) -> Destination {
+fn ipvs_destination(addr: &RealServer, weight: u32) -> Destination {
     let mut d = Destination::new(addr.ip(), addr.port(), ForwardMethod::Masquerade);
     d.weight = weight;
     d

@@ -11,7 +11,7 @@ use crate::model::desired::iptables::OutFilter;
 use crate::model::desired::warning::Warning;
 use crate::model::kernel::sets::{self, SetDef, SetName};
 use crate::model::kernel::{
-    SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
+    RealServer, SCHED_FLAG_FALLBACK, SCHED_FLAG_PORT, Set, SetEntry, VirtualServer, VsKey,
 };
 use crate::model::snapshot::cluster::{Family, Service};
 use crate::model::snapshot::config::ProxyConfig;
@@ -131,7 +131,10 @@ impl<'a> Builder<'a> {
             scheduler,
             sched_flags,
             persistence: service.session_affinity,
-            destinations: destinations.iter().map(|d| (*d, 1)).collect(),
+            destinations: destinations
+                .iter()
+                .map(|d| (RealServer::from(*d), 1))
+                .collect(),
             connections: Default::default(),
         };
         self.d.owners.insert(key, service.clone());

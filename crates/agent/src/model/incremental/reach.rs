@@ -118,12 +118,19 @@ impl<'a> Reach<'a> {
     pub fn touched(&self, plan: &Plan) -> BTreeSet<VsKey> {
         match self.virtual_servers() {
             Some(keys) => keys.clone(),
-            None => plan
-                .ops
-                .iter()
-                .filter_map(Op::virtual_server)
-                .copied()
-                .collect(),
+            None => {
+                // A virtual server's operations are side by side in a plan: skipping repeats
+                // spares collecting (and sorting) one key per real server of a cold plan.
+                let mut keys = BTreeSet::new();
+                let mut last = None;
+                for key in plan.ops.iter().filter_map(Op::virtual_server) {
+                    if last != Some(key) {
+                        keys.insert(*key);
+                        last = Some(key);
+                    }
+                }
+                keys
+            }
         }
     }
 }

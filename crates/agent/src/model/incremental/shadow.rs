@@ -3,10 +3,11 @@
 //! against it; the in-memory kernel of the tests applies plans with it too.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 
 use crate::model::kernel::host::Host;
-use crate::model::kernel::{KernelState, RealServers, Set, SetName, VirtualServer, VsKey};
+use crate::model::kernel::{
+    KernelState, RealServer, RealServers, Set, SetName, VirtualServer, VsKey,
+};
 use crate::model::plan::Op;
 use crate::model::snapshot::cluster::Protocol;
 
@@ -29,10 +30,17 @@ impl Shadow {
         }
     }
 
-    /// [`Shadow::replay`], each operation freed once replayed.
-    pub fn replay_moving(&mut self, ops: Vec<Op>) {
-        for op in ops {
-            let _ = self.state.apply(&op);
+    /// [`Shadow::replay`], each operation freed once replayed, and the plan's own buffer
+    /// given back half by half: a cold plan (an operation per real server) and the shadow it
+    /// builds are then never both whole at once, the largest part of the cold sync's peak.
+    pub fn replay_moving(&mut self, mut ops: Vec<Op>) {
+        while !ops.is_empty() {
+            let half = ops.len().div_ceil(2);
+            for op in ops.drain(..half) {
+                let _ = self.state.apply(&op);
+            }
+            // Shrinking in place frees the tail for the allocations the replay goes on with.
+            ops.shrink_to_fit();
         }
     }
 
@@ -117,7 +125,7 @@ impl KernelState {
         match op {
             Op::CreateLink => self.link = true,
             Op::SetSysctl { key, value } => {
-                self.sysctls.insert(key.clone(), value.clone());
+                self.sysctls.insert(key.to_string(), value.to_string());
             }
             Op::CreateSet(name) => self.create_set(*name)?,
             Op::AddEntries { set, entries } => {
@@ -235,7 +243,7 @@ impl KernelState {
     }
 
     /// Removes a real server and its connection count.
-    fn del_destination(&mut self, key: &VsKey, destination: &SocketAddr) -> Result<(), Refusal> {
+    fn del_destination(&mut self, key: &VsKey, destination: &RealServer) -> Result<(), Refusal> {
         let vs = self.service_mut(key)?;
         vs.destinations
             .remove(destination)

@@ -9,12 +9,14 @@
 //!   owns.
 //! - [`canonical`](mod@canonical): the one spelling rules are compared in, whoever wrote them.
 //! - [`scheduler_name`]: a virtual server's scheduler by name, and the kernel's schedulers.
+//! - [`real_server`]: a real server's address and port, in 20 bytes.
 //! - [`sets`]: the KUBE-* ipsets the agent makes and their typed names ([`SetName`]), the part
 //!   of ipset it owns.
 
 pub mod canonical;
 pub mod chains;
 pub mod host;
+pub mod real_server;
 pub mod rolling;
 pub mod scheduler_name;
 pub mod sets;
@@ -28,6 +30,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::model::snapshot::cluster::{Family, Protocol};
+pub use real_server::RealServer;
 pub use scheduler_name::SchedulerName;
 pub use sets::SetName;
 use sorted_map::SortedMap;
@@ -119,10 +122,10 @@ pub struct RealServers {
 }
 
 /// The real servers of one virtual server and their weights, ordered by address.
-pub type Destinations = SortedMap<SocketAddr, u32>;
+pub type Destinations = SortedMap<RealServer, u32>;
 
 /// The connection counts of one virtual server's real servers, ordered by address.
-pub type ConnectionCounts = SortedMap<SocketAddr, Connections>;
+pub type ConnectionCounts = SortedMap<RealServer, Connections>;
 
 /// The ipset types the agent uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -12,14 +12,13 @@
 //! such a server starts again at the first sync, so a drain can last up to one bound more.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::model::kernel::{KernelState, VsKey};
+use crate::model::kernel::{KernelState, RealServer, VsKey};
 use crate::model::snapshot::cluster::Protocol;
 
 /// One real server of one virtual server.
-pub type DestinationKey = (VsKey, SocketAddr);
+pub type DestinationKey = (VsKey, RealServer);
 
 /// When each draining real server started draining.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

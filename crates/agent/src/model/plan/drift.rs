@@ -214,7 +214,7 @@ fn example(op: &Op, observed: &KernelState) -> String {
     match op {
         Op::CreateLink => LINK_NAME.into(),
         Op::SetSysctl { key, value } => {
-            let was = observed.sysctls.get(key).map_or("unset", String::as_str);
+            let was = observed.sysctls.get(&**key).map_or("unset", String::as_str);
             format!("{key} {was} -> {value}")
         }
         Op::CreateSet(name) => name.to_string(),

@@ -211,7 +211,7 @@ pub fn cleanup(observed: &KernelState, exclude_cidrs: &[IpNet]) -> Plan {
         if !rules.chains.is_empty() || !rules.jumps.is_empty() {
             p.ops.push(Op::RemoveRules {
                 family: *family,
-                rules: rules.clone(),
+                rules: Box::new(rules.clone()),
             });
         }
     }

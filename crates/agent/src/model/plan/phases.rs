@@ -65,11 +65,19 @@ impl Phases {
     }
 
     /// The plan: every phase's operations, phase after phase.
-    pub(super) fn finish(self) -> Plan {
-        let total = self.ops.iter().map(Vec::len).sum();
-        let mut ops = Vec::with_capacity(total);
-        for phase in self.ops {
-            ops.extend(phase);
+    pub(super) fn finish(mut self) -> Plan {
+        // The others join the largest phase where it lies (a cold plan's real servers): a
+        // new vector for all of them would hold every operation twice at the plan's peak.
+        let largest = (0..Phase::COUNT)
+            .max_by_key(|&i| self.ops[i].len())
+            .unwrap_or(0);
+        let mut ops = std::mem::take(&mut self.ops[largest]);
+        let (before, after) = self.ops.split_at_mut(largest);
+        let before: Vec<Op> = before.iter_mut().flat_map(std::mem::take).collect();
+        ops.reserve(before.len() + after.iter().map(Vec::len).sum::<usize>());
+        ops.splice(0..0, before);
+        for phase in after {
+            ops.append(phase);
         }
         Plan {
             ops,
@@ -91,8 +99,8 @@ impl Phases {
                 self.push(
                     Phase::Sysctls,
                     Op::SetSysctl {
-                        key: key.clone(),
-                        value: value.clone(),
+                        key: key.as_str().into(),
+                        value: value.as_str().into(),
                     },
                 );
             }

@@ -568,7 +568,7 @@ async fn a_removed_real_server_goes_at_once_when_idle_and_drains_while_busy() {
         protocol: Protocol::Tcp,
         port: 80,
     };
-    let gone: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+    let gone: crate::model::kernel::RealServer = "10.244.0.3:8080".parse().unwrap();
     let two = || web(&["10.244.0.2", "10.244.0.3"]);
     let one = || web(&["10.244.0.2"]);
     let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
@@ -629,7 +629,7 @@ async fn a_drain_ends_at_the_bound_and_a_returning_endpoint_keeps_its_connection
         protocol: Protocol::Tcp,
         port: 80,
     };
-    let gone: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+    let gone: crate::model::kernel::RealServer = "10.244.0.3:8080".parse().unwrap();
     let config = ProxyConfig {
         graceful_termination_timeout: Duration::from_secs(120),
         ..ProxyConfig::default()
@@ -891,7 +891,7 @@ async fn a_periodic_pass_reads_the_draining_and_the_unknown_virtual_servers_whol
         .keys()
         .find(|k| k.address == "10.96.1.0".parse::<std::net::IpAddr>().unwrap())
         .unwrap();
-    let busy: std::net::SocketAddr = "10.244.2.0:8080".parse().unwrap();
+    let busy: crate::model::kernel::RealServer = "10.244.2.0:8080".parse().unwrap();
     let vs = s.dataplane().state.services.get_mut(&s0).unwrap();
     vs.connections.insert(busy, conns(1, 0));
     let r = s.sync(&fewer, false).await.unwrap();
@@ -1110,7 +1110,7 @@ async fn retries_and_changes_are_not_drift() {
     assert!(r.applied.failed.is_empty() && !r.plan.is_empty());
     assert!(r.drift.is_empty(), "{}", r.drift);
     // ...and a drain that starts, or ends, is the agent's own doing.
-    let busy: std::net::SocketAddr = "10.244.0.3:8080".parse().unwrap();
+    let busy: crate::model::kernel::RealServer = "10.244.0.3:8080".parse().unwrap();
     let vs = s.dataplane().state.services.values_mut().next().unwrap();
     vs.connections.insert(busy, conns(1, 0));
     let r = s.sync(&web(&["10.244.0.2"]), false).await.unwrap();

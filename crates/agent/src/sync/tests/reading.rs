@@ -194,7 +194,7 @@ async fn a_drain_that_starts_during_the_read_does_not_end_on_counts_read_before_
     s.sync(&two, true).await.unwrap();
     // The read finds 10.244.2.0 idle; then a connection opens, and its endpoint goes.
     assert!(s.start_read());
-    let busy: std::net::SocketAddr = "10.244.2.0:8080".parse().unwrap();
+    let busy: crate::model::kernel::RealServer = "10.244.2.0:8080".parse().unwrap();
     let vs = s.dataplane().state.services.values_mut().next().unwrap();
     vs.connections.insert(
         busy,
