@@ -1380,8 +1380,11 @@ fn the_real_servers_of_named_virtual_servers_are_read_alone() {
     assert_eq!(read.len(), 2, "{read:?}");
     assert_eq!(read[0].0, key("10.96.0.10"));
     let found = read[0].1.as_ref().expect("10.96.0.10 is in the kernel");
-    let weights: Vec<(SocketAddr, u32)> =
-        found.destinations.iter().map(|(a, w)| (*a, *w)).collect();
+    let weights: Vec<(SocketAddr, u32)> = found
+        .destinations
+        .iter()
+        .map(|(a, w)| (a.socket_addr(), *w))
+        .collect();
     assert_eq!(
         weights,
         [
