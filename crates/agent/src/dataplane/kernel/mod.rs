@@ -193,7 +193,7 @@ impl Kernel {
         let started = match route {
             Route::Sets => {
                 let job = sets::set_job(ops);
-                Worker::start("sets", job.ops.clone(), move || sets::run_sets(job))
+                Worker::start("sets", job.indices(), move || sets::run_sets(job))
             }
             Route::Addresses => match self.address_jobs(ops, applied) {
                 Some((jobs, gone)) if gone.is_empty() => {
