@@ -163,8 +163,8 @@ pub(super) fn run_sets(job: SetJob) -> Applied {
 /// take fails the operation before any of it is applied.
 fn apply_set_op(session: &mut ipset::Session, op: &Op, sent: &mut usize) -> Result<(), SetFailure> {
     let lib = |e: ipset::Error| SetFailure::Op(e.into());
-    let chunks: Vec<Vec<ipset::Op>> = match op {
-        Op::CreateSet(_) => vec![to_ipset_ops(op).map_err(lib)?],
+    match op {
+        Op::CreateSet(n) => apply_chunk(session, &[create_op(n).map_err(lib)?], sent),
         Op::AddEntries { set, entries } | Op::DelEntries { set, entries } => {
             let name = ipset::SetName::new(set.as_str()).map_err(lib)?;
             for e in entries {
@@ -194,14 +194,10 @@ fn apply_set_op(session: &mut ipset::Session, op: &Op, sent: &mut usize) -> Resu
                     }
                 }
             }
-            return failed.map_or(Ok(()), |e| Err(SetFailure::Op(e)));
+            failed.map_or(Ok(()), |e| Err(SetFailure::Op(e)))
         }
-        _ => Vec::new(),
-    };
-    for chunk in chunks {
-        apply_chunk(session, &chunk, sent)?;
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Applies `ops`, going on after a failed one; the first failure is the chunk's.
@@ -311,52 +307,27 @@ fn lib_entry(e: &SetEntry, set: &SetName) -> Result<ipset::Entry, ipset::Error> 
     })
 }
 
-fn to_ipset_ops(op: &Op) -> Result<Vec<ipset::Op>, ipset::Error> {
-    let name = |n: &SetName| ipset::SetName::new(n.as_str());
-    Ok(match op {
-        Op::CreateSet(n) => {
-            let set_name = name(n)?;
-            let kind = n.kind();
-            let fam = match n.family() {
-                Family::V4 => ipset::Family::Inet,
-                Family::V6 => ipset::Family::Inet6,
-            };
-            let header = match kind {
-                SetKind::BitmapPort => ipset::Header::bitmap_port(set_name, 0, 65535),
-                SetKind::HashIp => ipset::Header::hash(set_name, ipset::SetType::HashIp, fam),
-                SetKind::HashIpPort => {
-                    ipset::Header::hash(set_name, ipset::SetType::HashIpPort, fam)
-                }
-                SetKind::HashIpPortIp => {
-                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortIp, fam)
-                }
-                SetKind::HashIpPortNet => {
-                    ipset::Header::hash(set_name, ipset::SetType::HashIpPortNet, fam)
-                }
-            };
-            let header = if kind == SetKind::BitmapPort {
-                header
-            } else {
-                header.with_hashsize(1024).with_maxelem(65536)
-            };
-            vec![ipset::Op::Create(header)]
-        }
-        Op::AddEntries { set, entries } => {
-            let n = name(set)?;
-            entries
-                .iter()
-                .map(|e| lib_entry(e, set).map(|e| ipset::Op::add(&n, e)))
-                .collect::<Result<_, _>>()?
-        }
-        Op::DelEntries { set, entries } => {
-            let n = name(set)?;
-            entries
-                .iter()
-                .map(|e| lib_entry(e, set).map(|e| ipset::Op::del(&n, e)))
-                .collect::<Result<_, _>>()?
-        }
-        _ => Vec::new(),
-    })
+/// The library's `create` of the set `n`, with its catalogue type and family.
+fn create_op(n: &SetName) -> Result<ipset::Op, ipset::Error> {
+    let set_name = ipset::SetName::new(n.as_str())?;
+    let kind = n.kind();
+    let fam = match n.family() {
+        Family::V4 => ipset::Family::Inet,
+        Family::V6 => ipset::Family::Inet6,
+    };
+    let header = match kind {
+        SetKind::BitmapPort => ipset::Header::bitmap_port(set_name, 0, 65535),
+        SetKind::HashIp => ipset::Header::hash(set_name, ipset::SetType::HashIp, fam),
+        SetKind::HashIpPort => ipset::Header::hash(set_name, ipset::SetType::HashIpPort, fam),
+        SetKind::HashIpPortIp => ipset::Header::hash(set_name, ipset::SetType::HashIpPortIp, fam),
+        SetKind::HashIpPortNet => ipset::Header::hash(set_name, ipset::SetType::HashIpPortNet, fam),
+    };
+    let header = if kind == SetKind::BitmapPort {
+        header
+    } else {
+        header.with_hashsize(1024).with_maxelem(65536)
+    };
+    Ok(ipset::Op::Create(header))
 }
 
 fn ipset_error(what: &str, e: ipset::Error) -> Error {
