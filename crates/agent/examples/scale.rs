@@ -98,6 +98,23 @@ fn main() {
         );
         return;
     }
+    if args.first().map(String::as_str) == Some("cold") {
+        // The agent child's cold sync alone, its RSS traced over time (where the lab's peak
+        // falls; `log` adds the dataplane's debug logs on the same clock).
+        lab::guest::require_guest();
+        if args.get(2).map(String::as_str) == Some("log") {
+            enable_logs();
+        }
+        let n = args[1].parse().expect("N");
+        let a = agent_run_with(n, 0, &[("SCALE_COLD_ONLY", "1"), ("SCALE_RSS_TRACE", "1")]);
+        println!(
+            "cold N={n}: {:.2} s, peak RSS {:.1} MiB (at the start {:.1})",
+            a.f("cold"),
+            a.f("rss_cold") / 1048576.0,
+            a.f("rss_base") / 1048576.0
+        );
+        return;
+    }
     if args.first().map(String::as_str) == Some("agent") {
         let n = args[1].parse().expect("N");
         let changes = args[2].parse().expect("CHANGES");
@@ -245,21 +262,20 @@ fn cluster(n: usize) -> Cluster {
                 })
             })
             .collect();
-        c.slices.insert(
-            SliceRef::new(id.namespace.clone(), format!("{}-x", id.name)),
-            Arc::new(EndpointSlice {
-                name: format!("{}-x", id.name),
-                service: id.clone(),
-                family: Family::V4,
-                ports: vec![EndpointPort {
-                    name: String::new(),
-                    protocol: Protocol::Tcp,
-                    port: target,
-                }],
-                endpoints,
-                trigger_time: None,
-            }),
-        );
+        let slice = EndpointSlice {
+            name: format!("{}-x", id.name).into(),
+            service: id.clone(),
+            family: Family::V4,
+            ports: vec![EndpointPort {
+                name: String::new(),
+                protocol: Protocol::Tcp,
+                port: target,
+            }],
+            endpoints,
+            trigger_time: None,
+        };
+        // Keyed as the source keys them: by clones of the objects' own names.
+        c.slices.insert(slice.id(), Arc::new(slice));
         c.services.insert(id, Arc::new(service));
     }
     c
@@ -349,7 +365,7 @@ fn raw_inputs(n: usize, p: &Plan) -> RawInputs {
                 }
             }
             Op::AddEntries { set, entries } => {
-                for e in entries {
+                for e in entries.iter() {
                     writeln!(sets, "add {set} {e}").unwrap();
                     r.set_entries += 1;
                 }
@@ -778,6 +794,37 @@ fn heap(n: usize, cold_only: bool) {
     println!("{line}");
 }
 
+/// Prints this process's RSS (and its anonymous part) to stderr every 20 ms, each time it
+/// grew by a MiB or more, with the uptime the debug logs carry (`SCALE_LOG`): which step of a
+/// sync the peak falls in, where no heap profiler runs (the lab).
+fn rss_trace() {
+    let t0 = Instant::now();
+    std::thread::spawn(move || {
+        let mut last = 0u64;
+        loop {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let kb = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let (rss, anon) = (kb("VmRSS:"), kb("RssAnon:"));
+            if rss >= last + 1024 || rss + 1024 <= last {
+                eprintln!(
+                    "rss: {:.3}s {:.1} MiB (anonymous {:.1})",
+                    t0.elapsed().as_secs_f64(),
+                    rss as f64 / 1024.0,
+                    anon as f64 / 1024.0
+                );
+                last = rss;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+}
+
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -852,6 +899,9 @@ fn agent_child(n: usize, changes: usize) {
             .with_writer(std::io::stderr)
             .with_timer(tracing_subscriber::fmt::time::uptime())
             .init();
+    }
+    if std::env::var_os("SCALE_RSS_TRACE").is_some() {
+        rss_trace();
     }
     let _ns = Netns::fresh();
     node_interfaces();

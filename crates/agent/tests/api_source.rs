@@ -125,7 +125,7 @@ async fn watching(server: &FakeApiServer, n: usize) {
 }
 
 fn services(c: &Cluster) -> Vec<String> {
-    c.services.keys().map(|s| s.name.clone()).collect()
+    c.services.keys().map(|s| s.name.to_string()).collect()
 }
 
 fn has_service(name: &str) -> impl Fn(&Cluster) -> bool {

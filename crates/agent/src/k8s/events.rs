@@ -58,8 +58,8 @@ fn service_reference(service: &ServiceRef) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Service".into()),
-        namespace: Some(service.namespace.clone()),
-        name: Some(service.name.clone()),
+        namespace: Some(service.namespace.to_string()),
+        name: Some(service.name.to_string()),
         ..ObjectReference::default()
     }
 }

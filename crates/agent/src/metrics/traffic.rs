@@ -79,8 +79,8 @@ impl prometheus_client::collector::Collector for Collector {
             .iter()
             .map(|s| {
                 let labels = Labels {
-                    namespace: s.service.namespace.clone(),
-                    service: s.service.name.clone(),
+                    namespace: s.service.namespace.to_string(),
+                    service: s.service.name.to_string(),
                     port_name: s.port_name.clone(),
                     protocol: protocol_label(s.key.protocol),
                     address: std::net::SocketAddr::new(s.key.address, s.key.port).to_string(),

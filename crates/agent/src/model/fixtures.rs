@@ -82,7 +82,7 @@ pub struct Eps(pub EndpointSlice);
 /// A slice of Service `name` with one port.
 pub fn eps(name: &str, port_name: &str, protocol: Protocol, port: u16) -> Eps {
     Eps(EndpointSlice {
-        name: format!("{name}-{port_name}-abc"),
+        name: format!("{name}-{port_name}-abc").into(),
         service: ServiceRef::new("default", name),
         family: Family::V4,
         ports: vec![EndpointPort {

@@ -340,12 +340,15 @@ fn two_services_wanting_one_virtual_server_keep_the_first() {
     );
     let d = desired(&c, &config(), &host());
     assert!(
-        matches!(&d.conflicts[..], [Warning::Contested { owner, other, .. }] if owner.name == "a" && other.name == "b"),
+        matches!(&d.conflicts[..], [Warning::Contested { owner, other, .. }] if &*owner.name == "a" && &*other.name == "b"),
         "{:?}",
         d.conflicts
     );
     assert_eq!(
-        d.owners[&key("198.51.100.1", Protocol::Tcp, 80)].id.name,
+        d.owners[&key("198.51.100.1", Protocol::Tcp, 80)]
+            .id
+            .name
+            .as_ref(),
         "a"
     );
 }

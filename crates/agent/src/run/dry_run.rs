@@ -25,7 +25,7 @@ pub async fn dry_run(cluster: &Cluster, config: &ProxyConfig) -> anyhow::Result<
         writeln!(out, "{op}")?;
         match op {
             Op::AddEntries { entries, .. } => {
-                for e in entries {
+                for e in entries.iter() {
                     writeln!(out, "    {e}")?;
                 }
             }

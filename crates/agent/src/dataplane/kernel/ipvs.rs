@@ -15,7 +15,7 @@ use super::Kernel;
 use crate::dataplane::{Applied, Error, RealServers, Traffic};
 use crate::model::kernel::rolling::Part;
 use crate::model::kernel::{Connections, RealServer, VirtualServer, VsKey};
-use crate::model::plan::Op;
+use crate::model::plan::{Op, Plan};
 use crate::model::snapshot::cluster::Protocol;
 
 /// IPVS operations per batch: a batch holds every request encoded (twice for
@@ -66,15 +66,15 @@ impl Kernel {
             .await
     }
 
-    /// Sends IPVS operations in batches of [`IPVS_CHUNK`].
-    pub(super) async fn apply_ipvs(&self, ops: &[(usize, &Op)], applied: &mut Applied) {
-        let batches = ops.len().div_ceil(IPVS_CHUNK);
-        for (n, chunk) in ops.chunks(IPVS_CHUNK).enumerate() {
+    /// Sends the IPVS operations of `plan` at `indices` in batches of [`IPVS_CHUNK`].
+    pub(super) async fn apply_ipvs(&self, plan: &Plan, indices: &[usize], applied: &mut Applied) {
+        let batches = indices.len().div_ceil(IPVS_CHUNK);
+        for (n, chunk) in indices.chunks(IPVS_CHUNK).enumerate() {
             let t = Instant::now();
             let mut batch = self.ipvs.batch();
             let mut queued: Vec<usize> = Vec::with_capacity(chunk.len());
-            for (i, op) in chunk {
-                match op {
+            for i in chunk {
+                match &plan.ops[*i] {
                     Op::AddService { key, service } => {
                         // Planned because the observation did not list it; it may still exist
                         // (a large dump that another namespace's changes made skip it, or one

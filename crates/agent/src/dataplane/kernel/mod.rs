@@ -170,17 +170,23 @@ impl Kernel {
         self.backend
     }
 
-    /// Applies `ops` of `route` now, on the agent's own sockets.
-    async fn run(&mut self, route: Route, ops: &[(usize, &Op)], applied: &mut Applied) {
+    /// Applies the operations of `plan` at `indices`, of `route`, now, on the agent's own
+    /// sockets.
+    async fn run(&mut self, route: Route, plan: &Plan, indices: &[usize], applied: &mut Applied) {
+        if route == Route::Ipvs {
+            // Picked a batch at a time: a cold sync's are most of the plan.
+            return self.apply_ipvs(plan, indices, applied).await;
+        }
+        let ops = pick(plan, indices);
         match route {
-            Route::Ipvs => self.apply_ipvs(ops, applied).await,
-            Route::Sets => self.apply_sets(ops, applied).await,
-            Route::Addresses => self.apply_addresses(ops, applied).await,
+            Route::Ipvs => {}
+            Route::Sets => self.apply_sets(&ops, applied).await,
+            Route::Addresses => self.apply_addresses(&ops, applied).await,
             Route::One => {
                 for (i, op) in ops {
                     match self.apply_one(op).await {
                         Ok(()) => applied.done += 1,
-                        Err(e) => applied.failed.push((*i, e)),
+                        Err(e) => applied.failed.push((i, e)),
                     }
                     applied.messages += 1;
                 }
@@ -337,17 +343,16 @@ impl Dataplane for Kernel {
                         w.finish(&mut applied).await;
                     }
                 }
-                Stage::Run(route, ops) => {
-                    let ops = pick(plan, &ops);
-                    self.run(route, &ops, &mut applied).await;
-                    debug!(?route, ops = ops.len(), elapsed = ?t.elapsed(), "applied a group");
+                Stage::Run(route, indices) => {
+                    self.run(route, plan, &indices, &mut applied).await;
+                    debug!(?route, ops = indices.len(), elapsed = ?t.elapsed(), "applied a group");
                 }
-                Stage::Start(route, ops) => {
-                    let ops = pick(plan, &ops);
+                Stage::Start(route, indices) => {
+                    let ops = pick(plan, &indices);
                     match self.start(route, &ops, &mut applied) {
                         Started::Worker(w) => workers.push(w),
                         Started::Failed => {}
-                        Started::No => self.run(route, &ops, &mut applied).await,
+                        Started::No => self.run(route, plan, &indices, &mut applied).await,
                     }
                 }
             }

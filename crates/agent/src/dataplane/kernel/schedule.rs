@@ -152,7 +152,7 @@ mod tests {
     fn entries(set: &str) -> Op {
         Op::AddEntries {
             set: named(set),
-            entries: vec![SetEntry::Port(30080)],
+            entries: vec![SetEntry::Port(30080)].into(),
         }
     }
 
@@ -249,7 +249,7 @@ mod tests {
             entries("KUBE-LOOP-BACK"),
             Op::DelEntries {
                 set: named("KUBE-LOOP-BACK"),
-                entries: Vec::new(),
+                entries: Vec::new().into(),
             },
         ];
         assert_eq!(

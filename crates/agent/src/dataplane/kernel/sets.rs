@@ -92,7 +92,8 @@ pub(super) fn destroy(name: SetName) -> Result<(), Error> {
     Ok(())
 }
 
-/// The plan's set operations, owned, for a thread of their own.
+/// The plan's set operations, owned, for a thread of their own. An operation's entries are
+/// shared with the plan, not copied (a cold sync's were 2.4 MiB at 10,000 Services).
 pub(super) struct SetJob {
     /// The operations, with their indices in the plan.
     ops: Vec<(usize, Op)>,
@@ -167,7 +168,7 @@ fn apply_set_op(session: &mut ipset::Session, op: &Op, sent: &mut usize) -> Resu
         Op::CreateSet(n) => apply_chunk(session, &[create_op(n).map_err(lib)?], sent),
         Op::AddEntries { set, entries } | Op::DelEntries { set, entries } => {
             let name = ipset::SetName::new(set.as_str()).map_err(lib)?;
-            for e in entries {
+            for e in entries.iter() {
                 lib_entry(e, set).map_err(lib)?;
             }
             let add = matches!(op, Op::AddEntries { .. });
@@ -332,4 +333,30 @@ fn create_op(n: &SetName) -> Result<ipset::Op, ipset::Error> {
 
 fn ipset_error(what: &str, e: ipset::Error) -> Error {
     Error::request(format!("ipset {what}"), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernel::sets::named;
+
+    #[test]
+    fn a_set_job_shares_the_plans_entries() {
+        let op = Op::AddEntries {
+            set: named("KUBE-LOOP-BACK"),
+            entries: vec![SetEntry::Port(30080), SetEntry::Port(30081)].into(),
+        };
+        let job = set_job(&[(3, &op)]);
+        assert_eq!(job.indices(), [3]);
+        let (
+            Op::AddEntries {
+                entries: theirs, ..
+            },
+            Op::AddEntries { entries: ours, .. },
+        ) = (&job.ops[0].1, &op)
+        else {
+            panic!("{:?}", job.ops);
+        };
+        assert!(Arc::ptr_eq(theirs, ours));
+    }
 }

@@ -63,7 +63,7 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
         endpoints.push(endpoint(i, ep, family)?);
     }
     Ok(Some(EndpointSlice {
-        name: name.to_owned(),
+        name: name.into(),
         service: ServiceRef::new(namespace_of(meta), service_name),
         family,
         ports,

@@ -556,7 +556,7 @@ fn endpoint_slice_defaults() {
     assert_eq!(
         got,
         EndpointSlice {
-            name: s("web-abc"),
+            name: "web-abc".into(),
             service: ServiceRef::new("shop", "web"),
             family: Family::V4,
             ports: vec![EndpointPort {

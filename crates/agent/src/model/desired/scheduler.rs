@@ -230,7 +230,7 @@ mod tests {
         }
         let names: Vec<_> = refusals(&cluster, &ProxyConfig::default())
             .into_iter()
-            .map(|r| r.service.name)
+            .map(|r| r.service.name.to_string())
             .collect();
         assert_eq!(names, ["a", "c"]);
     }

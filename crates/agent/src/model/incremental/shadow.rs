@@ -134,7 +134,7 @@ impl KernelState {
             }
             Op::DelEntries { set, entries } => {
                 let set = self.set_mut(set)?;
-                for e in entries {
+                for e in entries.iter() {
                     set.entries.remove(e);
                 }
             }
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(
             state.apply(&Op::AddEntries {
                 set: named("KUBE-CLUSTER-IP"),
-                entries: Vec::new(),
+                entries: Vec::new().into(),
             }),
             Err(Refusal::Missing("set KUBE-CLUSTER-IP".into()))
         );

@@ -120,7 +120,7 @@ pub(crate) fn apply(cl: &mut Cluster, c: &Change) -> ServiceRef {
             endpoints,
         } => {
             let mut e = eps(&name(*which), &format!("p{slice}"), Protocol::Tcp, 8080);
-            e.0.name = format!("{}-{slice}", name(*which));
+            e.0.name = format!("{}-{slice}", name(*which)).into();
             for (addr, node, state) in endpoints {
                 let node = if *node == 0 { "node-a" } else { "node-b" };
                 let (ready, serving, terminating) = match state {

@@ -106,6 +106,7 @@ pub fn plan_draining(
     for (family, want) in &desired.rules {
         p.rules(*family, want, observed.rules.get(family));
     }
+    p.reserve_virtual_servers(desired, observed);
     for (key, want) in &desired.services {
         p.virtual_server(key, want, observed.services.get(key), expired);
     }

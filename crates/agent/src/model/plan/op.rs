@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::model::kernel::{
     Jump, LINK_NAME, RealServer, Rules, SetEntry, SetName, VirtualServer, VsKey,
@@ -26,8 +27,8 @@ pub enum Op {
     AddEntries {
         /// The set.
         set: SetName,
-        /// The entries.
-        entries: Vec<SetEntry>,
+        /// The entries, shared: the set worker takes its own handle on them, not a copy.
+        entries: Arc<[SetEntry]>,
     },
     /// Bind an address on `kube-ipvs0`.
     AddAddress(IpAddr),
@@ -89,8 +90,8 @@ pub enum Op {
     DelEntries {
         /// The set.
         set: SetName,
-        /// The entries.
-        entries: Vec<SetEntry>,
+        /// The entries, shared as [`Op::AddEntries`]'.
+        entries: Arc<[SetEntry]>,
     },
     /// Remove the agent's jumps and chains of one family (`--cleanup`).
     RemoveRules {

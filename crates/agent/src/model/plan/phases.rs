@@ -74,7 +74,8 @@ impl Phases {
         let mut ops = std::mem::take(&mut self.ops[largest]);
         let (before, after) = self.ops.split_at_mut(largest);
         let before: Vec<Op> = before.iter_mut().flat_map(std::mem::take).collect();
-        ops.reserve(before.len() + after.iter().map(Vec::len).sum::<usize>());
+        // Exact: a doubling here would leave up to half a cold plan's vector unused.
+        ops.reserve_exact(before.len() + after.iter().map(Vec::len).sum::<usize>());
         ops.splice(0..0, before);
         for phase in after {
             ops.append(phase);
@@ -83,6 +84,29 @@ impl Phases {
             ops,
             warnings: self.warnings,
         }
+    }
+
+    /// Makes room for the virtual servers `desired` has and `observed` lacks, each with its
+    /// real servers, and for the operations of every other phase so far: a cold plan's
+    /// largest phase, which the others join, is then allocated once at its size. Grown an
+    /// operation at a time, its vector doubled past 60,000 operations to room for 131,072
+    /// (6 MiB at 10,000 Services, half of it unused, at the plan's peak).
+    pub(super) fn reserve_virtual_servers(
+        &mut self,
+        desired: &KernelState,
+        observed: &KernelState,
+    ) {
+        let new: usize = desired
+            .services
+            .iter()
+            .filter(|(key, _)| !observed.services.contains_key(key))
+            .map(|(_, vs)| 1 + vs.destinations.len())
+            .sum();
+        if new == 0 {
+            return;
+        }
+        let others: usize = self.ops.iter().map(Vec::len).sum();
+        self.ops[Phase::VirtualServers as usize].reserve_exact(new + others);
     }
 
     /// The link, when it is wanted and missing.
@@ -133,7 +157,7 @@ impl Phases {
                 Phase::Sets,
                 Op::AddEntries {
                     set: name,
-                    entries: add,
+                    entries: add.into(),
                 },
             );
         }
@@ -142,7 +166,7 @@ impl Phases {
                 Phase::EntryDeletions,
                 Op::DelEntries {
                     set: name,
-                    entries: del,
+                    entries: del.into(),
                 },
             );
         }

@@ -246,7 +246,7 @@ mod tests {
         c.services = c
             .services
             .iter()
-            .filter(|(id, _)| id.name == "web")
+            .filter(|(id, _)| &*id.name == "web")
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
         assert!(priority_cluster(&c).is_none());

@@ -102,3 +102,34 @@ fn a_scope_over_every_key_plans_what_the_whole_plan_plans() {
         whole.ops
     );
 }
+
+#[test]
+fn a_cold_plan_is_allocated_at_its_size() {
+    // Twenty Services of three endpoints each: a plan grown an operation at a time would
+    // end with room for a power of two.
+    let names: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
+    let c = cluster(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| svc(n).cluster_ip(&format!("10.96.0.{}", 10 + i)).tcp(80))
+            .collect(),
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                eps(n, "", Protocol::Tcp, 8080)
+                    .ready(&format!("10.244.1.{i}"), "node-b")
+                    .ready(&format!("10.244.2.{i}"), "node-b")
+                    .ready(&format!("10.244.3.{i}"), "node-b")
+            })
+            .collect(),
+    );
+    let p = plan(
+        &desired(&c, &config(), &host()).state,
+        &KernelState::default(),
+        &[],
+    );
+    assert!(p.ops.len() > 80, "{}", p.ops.len());
+    assert_eq!(p.ops.capacity(), p.ops.len());
+}

@@ -45,7 +45,7 @@ fn node_event(e: Event<core::Node>) -> Update {
 }
 
 fn names(store: &Store<core::Service>) -> Vec<String> {
-    store.models().map(|s| s.id.name.clone()).collect()
+    store.models().map(|s| s.id.name.to_string()).collect()
 }
 
 #[test]
@@ -395,10 +395,7 @@ fn the_snapshot_kept_one_object_at_a_time_is_the_one_the_stores_build() {
         [SliceRef::new("default", "d-1")]
     );
     assert_eq!(
-        c.services
-            .keys()
-            .map(|id| id.name.as_str())
-            .collect::<Vec<_>>(),
+        c.services.keys().map(|id| &*id.name).collect::<Vec<_>>(),
         ["a", "b"]
     );
 }

@@ -97,14 +97,7 @@ async fn a_full_sync_reports_the_counts_of_its_own_virtual_servers_by_service_po
     let traffic = r.traffic.expect("a full sync reports the counts");
     let found: Vec<_> = traffic
         .iter()
-        .map(|t| {
-            (
-                t.key,
-                t.service.name.as_str(),
-                t.port_name.as_str(),
-                t.traffic,
-            )
-        })
+        .map(|t| (t.key, &*t.service.name, t.port_name.as_str(), t.traffic))
         .collect();
     // Ours only, each with its Service port: the node port's by its node port.
     assert!(
@@ -181,7 +174,7 @@ async fn a_refused_scheduler_is_programmed_as_the_nodes_and_reported_once_per_sp
     assert!(
         r.warnings
             .iter()
-            .any(|w| matches!(w, Warning::Model(ModelWarning::SchedulerRefused(r)) if r.service.name == "web" && r.asked == "lblc")),
+            .any(|w| matches!(w, Warning::Model(ModelWarning::SchedulerRefused(r)) if &*r.service.name == "web" && r.asked == "lblc")),
         "{:?}",
         r.warnings
     );
@@ -746,7 +739,7 @@ fn dns(endpoints: &[&str]) -> Cluster {
 fn slice_key_of(c: &Cluster, name: &str) -> SliceRef {
     c.slices
         .iter()
-        .find(|(_, s)| s.service.name == name)
+        .find(|(_, s)| &*s.service.name == name)
         .unwrap()
         .0
         .clone()

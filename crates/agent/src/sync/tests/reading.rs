@@ -85,7 +85,7 @@ async fn a_change_during_the_read_of_a_periodic_pass_is_programmed_before_the_re
     after.services = after
         .services
         .iter()
-        .filter(|(id, _)| id.name != "s3")
+        .filter(|(id, _)| &*id.name != "s3")
         .map(|(id, s)| (id.clone(), s.clone()))
         .collect();
     let gate = ReadGate::closed();
