@@ -62,12 +62,12 @@ impl Kernel {
         let link = self.link_index;
         Some(match *step {
             Step::BindAddress(ip) => Action::AddAddress(link?, ip),
-            Step::UnbindAddress(ip) => Action::DelAddress(
+            Step::UnbindAddress(ip) => Action::DelAddress(Box::new(
                 self.bound
                     .get(&ip)
                     .cloned()
                     .unwrap_or_else(|| Links::address_on(link.unwrap_or(0), ip)),
-            ),
+            )),
             Step::AddRoute(ip) => Action::AddRoute(link?, ip, VIP_ROUTE_METRIC),
             Step::DelRoute(ip) => Action::DelRoute(link?, ip, VIP_ROUTE_METRIC),
             Step::AddBridge(ip) => Action::AddRoute(self.lo_index?, ip, BRIDGE_ROUTE_METRIC),
@@ -105,13 +105,13 @@ impl Kernel {
                 }
                 self.vips.record(step);
             }
-            let results = run_jobs(&self.links, jobs).await;
-            rebound.messages += results.len();
-            for (n, r) in results {
+            rebound.messages += jobs.len();
+            run_jobs(&self.links, jobs, |n, r| {
                 if let Err(e) = r {
                     rebound.failed.push((sent[n], e));
                 }
-            }
+            })
+            .await;
             debug!(steps = phase.len(), elapsed = ?t.elapsed(), "rebound VIPs");
         }
         if !rebound.failed.is_empty() {
@@ -216,8 +216,9 @@ pub struct Rebound {
 pub(super) enum Action {
     /// Add an address on a link.
     AddAddress(u32, IpAddr),
-    /// Delete an address.
-    DelAddress(Address),
+    /// Delete an address (boxed: an action per VIP waits for its turn, and the other actions
+    /// are a fifth of an address message's size).
+    DelAddress(Box<Address>),
     /// Add or replace the agent's local route through a link, with a metric.
     AddRoute(u32, Ipv4Addr, u32),
     /// Delete the agent's local route through a link, with a metric.
@@ -228,9 +229,13 @@ pub(super) enum Action {
 /// requests, sent one after the other.
 pub(super) type AddressJob = (usize, Vec<Action>);
 
-/// Runs VIP jobs, 64 in flight on `links`, and returns each job's result in the order of
-/// `jobs`.
-async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(usize, Result<(), Error>)> {
+/// Runs VIP jobs, 64 in flight on `links`, and hands each job's result to `done` in the
+/// order of `jobs` (as it comes: a cold sync's tens of thousands are not held together).
+async fn run_jobs(
+    links: &Links,
+    jobs: Vec<AddressJob>,
+    mut done: impl FnMut(usize, Result<(), Error>),
+) {
     futures::stream::iter(jobs)
         .map(|(i, actions)| {
             let links = links.clone();
@@ -254,21 +259,24 @@ async fn run_jobs(links: &Links, jobs: Vec<AddressJob>) -> Vec<(usize, Result<()
             }
         })
         .buffered(64)
-        .collect()
+        .for_each(|(i, r)| {
+            done(i, r);
+            std::future::ready(())
+        })
         .await
 }
 
 /// Runs VIP jobs, 64 in flight on `links`.
 async fn run_addresses(links: &Links, jobs: Vec<AddressJob>) -> Applied {
-    let mut applied = Applied::default();
-    let results = run_jobs(links, jobs).await;
-    applied.messages += results.len();
-    for (i, r) in results {
-        match r {
-            Ok(()) => applied.done += 1,
-            Err(e) => applied.failed.push((i, e)),
-        }
-    }
+    let mut applied = Applied {
+        messages: jobs.len(),
+        ..Applied::default()
+    };
+    run_jobs(links, jobs, |i, r| match r {
+        Ok(()) => applied.done += 1,
+        Err(e) => applied.failed.push((i, e)),
+    })
+    .await;
     applied
 }
 
