@@ -116,7 +116,7 @@ impl Eps {
             ready,
             serving,
             terminating,
-            node_name: Some(node.into()),
+            node_name: Some(crate::model::snapshot::cluster::intern(node)),
             zone: None,
             hints: None,
         });

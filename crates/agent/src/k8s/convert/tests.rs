@@ -668,8 +668,8 @@ endpoints:
     let ep = &got.endpoints[0];
     assert_eq!(got.endpoints.len(), 1);
     assert_eq!(ep.address, ip("fd00::2"));
-    assert_eq!(ep.node_name.as_deref(), Some("node-a"));
-    assert_eq!(ep.zone.as_deref(), Some("z1"));
+    assert_eq!(ep.node(), Some("node-a"));
+    assert_eq!(ep.zone.as_deref().map(String::as_str), Some("z1"));
     assert_eq!(ep.zone_hints(), [s("z1"), s("z2")]);
     assert_eq!(ep.node_hints(), [s("node-a")]);
 }

@@ -89,7 +89,7 @@ pub fn port_endpoints(
         for ep in &slice.endpoints {
             let candidate = PortEndpoint {
                 address: SocketAddr::new(ep.address, ep_port.port),
-                local: ep.node_name.as_deref() == Some(topology.node),
+                local: ep.node() == Some(topology.node),
                 ready: ep.ready,
                 serving: ep.serving,
                 terminating: ep.terminating,
@@ -235,7 +235,7 @@ pub fn health_checks(
                 .slices_of(&service.id)
                 .filter(|s| s.family == *family)
                 .flat_map(|s| s.endpoints.iter())
-                .filter(|e| e.ready && !e.terminating && e.node_name.as_deref() == Some(node))
+                .filter(|e| e.ready && !e.terminating && e.node() == Some(node))
                 .map(|e| e.address)
                 .collect();
             out.push(HealthCheck {
