@@ -173,17 +173,13 @@ impl Kernel {
     /// Applies the operations of `plan` at `indices`, of `route`, now, on the agent's own
     /// sockets.
     async fn run(&mut self, route: Route, plan: &Plan, indices: &[usize], applied: &mut Applied) {
-        if route == Route::Ipvs {
-            // Picked a batch at a time: a cold sync's are most of the plan.
-            return self.apply_ipvs(plan, indices, applied).await;
-        }
-        let ops = pick(plan, indices);
         match route {
-            Route::Ipvs => {}
-            Route::Sets => self.apply_sets(&ops, applied).await,
-            Route::Addresses => self.apply_addresses(&ops, applied).await,
+            // Picked a batch at a time: a cold sync's are most of the plan.
+            Route::Ipvs => self.apply_ipvs(plan, indices, applied).await,
+            Route::Sets => self.apply_sets(&pick(plan, indices), applied).await,
+            Route::Addresses => self.apply_addresses(&pick(plan, indices), applied).await,
             Route::One => {
-                for (i, op) in ops {
+                for (i, op) in pick(plan, indices) {
                     match self.apply_one(op).await {
                         Ok(()) => applied.done += 1,
                         Err(e) => applied.failed.push((i, e)),
