@@ -802,15 +802,7 @@ fn rss_trace() {
     std::thread::spawn(move || {
         let mut last = 0u64;
         loop {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            let kb = |key: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(key))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            let (rss, anon) = (kb("VmRSS:"), kb("RssAnon:"));
+            let (rss, anon) = (status_kib("VmRSS:"), status_kib("RssAnon:"));
             if rss >= last + 1024 || rss + 1024 <= last {
                 eprintln!(
                     "rss: {:.3}s {:.1} MiB (anonymous {:.1})",
@@ -827,12 +819,17 @@ fn rss_trace() {
 
 /// Reads `VmHWM` (peak RSS) of this process, in bytes.
 fn peak_rss() -> u64 {
+    status_kib("VmHWM:") * 1024
+}
+
+/// One `kB` field of this process's `/proc/self/status` (`key` with its colon); 0 if absent.
+fn status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
 }
 
 fn median(v: &mut [f64]) -> f64 {

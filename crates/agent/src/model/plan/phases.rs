@@ -89,7 +89,7 @@ impl Phases {
     /// Makes room for the virtual servers `desired` has and `observed` lacks, each with its
     /// real servers, and for the operations of every other phase so far: a cold plan's
     /// largest phase, which the others join, is then allocated once at its size. Grown an
-    /// operation at a time, its vector doubled past 60,000 operations to room for 131,072
+    /// operation at a time, its vector doubled past 65,536 operations to room for 131,072
     /// (6 MiB at 10,000 Services, half of it unused, at the plan's peak).
     pub(super) fn reserve_virtual_servers(
         &mut self,
