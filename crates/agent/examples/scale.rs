@@ -23,7 +23,8 @@
 //! alone (see [`snapshot`]); `scale estimation N CHANGES` asks whether the kernel's rate
 //! estimation makes the change p99 grow with N (see [`estimation`]); `scale pass N PASSES`
 //! times periodic full syncs that keep the desired state against those that build it whole
-//! (see [`pass`]); `scale pure N CHANGES` runs on any host, without the lab, and
+//! (see [`pass`]); `scale passes N PASSES [log] [KEY=VALUE...]` traces the RSS of periodic passes against the
+//! lab's kernel (see [`periodic_passes`]); `scale pure N CHANGES` runs on any host, without the lab, and
 //! times the pure stages of a change alone (see [`pure`]). Timings vary under emulation: compare the ratios, not the seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +34,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kube_proxy_ipvs_agent::dataplane::kernel::Kernel;
@@ -51,6 +52,59 @@ use kube_proxy_ipvs_agent::model::snapshot::config::{LocalDetector, ProxyConfig}
 use kube_proxy_ipvs_agent::sync::Syncer;
 use lab::guest::{Netns, sh};
 use lab::net::{Pod, bridge};
+
+/// The system allocator, counting the bytes live and their peak once [`HEAP_COUNTING`] is set
+/// (first thing in the `passes` child): the lab runs no heap profiler, and RSS alone does not
+/// tell memory held from memory freed but kept by the allocator.
+struct Heap;
+
+static HEAP_COUNTING: AtomicBool = AtomicBool::new(false);
+static HEAP_LIVE: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call goes to the system allocator unchanged; the counts are plain atomics.
+unsafe impl std::alloc::GlobalAlloc for Heap {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if HEAP_COUNTING.load(Ordering::Relaxed) {
+            heap_grew(layout.size(), 0);
+        }
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if HEAP_COUNTING.load(Ordering::Relaxed) {
+            heap_grew(new_size, layout.size());
+        }
+        // SAFETY: `ptr` came from `alloc` with `layout`, as `GlobalAlloc::realloc` requires.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if HEAP_COUNTING.load(Ordering::Relaxed) {
+            HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Heap = Heap;
+
+/// Counts `new` bytes live in place of `old`, and the peak.
+fn heap_grew(new: usize, old: usize) {
+    let live = HEAP_LIVE.fetch_add(new, Ordering::Relaxed) + new;
+    HEAP_LIVE.fetch_sub(old, Ordering::Relaxed);
+    HEAP_PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+/// The bytes live now and their peak since the last call, in MiB (the peak starts again
+/// from what is live).
+fn heap_mib() -> (f64, f64) {
+    let live = HEAP_LIVE.load(Ordering::Relaxed);
+    let peak = HEAP_PEAK.swap(live, Ordering::Relaxed);
+    let mib = |b: usize| b as f64 / 1048576.0;
+    (mib(live), mib(peak))
+}
 
 /// Endpoints per Service.
 const E: usize = 5;
@@ -112,6 +166,26 @@ fn main() {
             a.f("cold"),
             a.f("rss_cold") / 1048576.0,
             a.f("rss_base") / 1048576.0
+        );
+        return;
+    }
+    if args.first().map(String::as_str) == Some("passes") {
+        // Periodic passes after the cold sync, as the sync loop makes them (the read apart,
+        // then the full sync that takes it in), the RSS traced: the memory a pass adds.
+        // `KEY=VALUE` arguments go to the agent child's environment (glibc's `MALLOC_*`).
+        lab::guest::require_guest();
+        if args[3..].iter().any(|a| a == "log") {
+            enable_logs();
+        }
+        let n = args[1].parse().expect("N");
+        let passes: &str = &args[2];
+        let mut env = vec![("SCALE_PASSES", passes), ("SCALE_RSS_TRACE", "1")];
+        env.extend(args[3..].iter().filter_map(|a| a.split_once('=')));
+        let a = agent_run_with(n, 0, &env);
+        println!(
+            "passes N={n}: peak RSS after the cold sync {:.1} MiB, after {passes} passes {:.1} MiB",
+            a.f("rss_cold") / 1048576.0,
+            a.f("rss_passes") / 1048576.0
         );
         return;
     }
@@ -889,6 +963,9 @@ static ROUTE: AtomicBool = AtomicBool::new(false);
 fn agent_child(n: usize, changes: usize) {
     // As the agent's own main does, before any thread.
     kube_proxy_ipvs_agent::allocator::one_arena();
+    if std::env::var_os("SCALE_PASSES").is_some() {
+        HEAP_COUNTING.store(true, Ordering::Relaxed);
+    }
     if std::env::var_os("SCALE_LOG").is_some() {
         LOG.store(true, Ordering::Relaxed);
         tracing_subscriber::fmt()
@@ -981,6 +1058,18 @@ fn agent_child(n: usize, changes: usize) {
 
     // One endpoint change at a time, with the full state programmed.
     let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
+    if let Some(passes) = std::env::var("SCALE_PASSES")
+        .ok()
+        .and_then(|p| p.parse().ok())
+    {
+        periodic_passes(&rt, &mut syncer, &mut cluster, &keys, passes);
+        put("rss_passes", peak_rss().to_string());
+        drop(syncer);
+        drop(rt);
+        timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
+        println!("{out}");
+        return;
+    }
     if std::env::var_os("SCALE_ESTIMATION_AB").is_some() {
         estimation_phases(&rt, &mut syncer, &mut cluster, &keys, changes, &mut put);
         drop(syncer);
@@ -1067,6 +1156,43 @@ fn agent_child(n: usize, changes: usize) {
     drop(rt);
     timed(&format!("ipvsadm -C && ip link del {LINK_NAME}"));
     println!("{out}");
+}
+
+/// `passes` periodic passes as the sync loop makes them, each after one endpoint change: the
+/// read of one share runs apart on the runtime, then the full sync takes it in. Prints each
+/// pass's time and the RSS and peak after it (the beside bench's peak comes from these).
+fn periodic_passes(
+    rt: &tokio::runtime::Runtime,
+    syncer: &mut Syncer<Timed>,
+    cluster: &mut Cluster,
+    keys: &[SliceRef],
+    passes: usize,
+) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let (live, _) = heap_mib();
+    eprintln!("after the cold sync: heap {live:.1} MiB");
+    for p in 0..passes {
+        let id = change_endpoint(cluster, keys, p, [10, 64, 0, 0]);
+        rt.block_on(syncer.sync_changed(cluster, &BTreeSet::from([id])))
+            .expect("change");
+        let (before, _) = heap_mib();
+        let t = Instant::now();
+        rt.block_on(async {
+            assert!(syncer.start_read(), "a read apart");
+            syncer.read_end().await;
+        });
+        let (read, read_peak) = heap_mib();
+        let r = rt.block_on(syncer.sync(cluster, true)).expect("pass");
+        assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
+        drop(r);
+        let (after, sync_peak) = heap_mib();
+        eprintln!(
+            "pass {p}: {:.2} s; heap, MiB: {before:.1} before, the read apart {read:.1} (peak {read_peak:.1}), the sync {after:.1} (peak {sync_peak:.1}); RSS {:.1} MiB, peak {:.1}",
+            t.elapsed().as_secs_f64(),
+            mib(status_kib("VmRSS:")),
+            mib(status_kib("VmHWM:"))
+        );
+    }
 }
 
 #[derive(Debug, Default, Clone)]

@@ -222,9 +222,6 @@ fn ipvs_destination(addr: &RealServer, weight: u32) -> Destination {
     d
 }
 
-/// Virtual servers as listed, with their keys.
-type Listed = Vec<(VsKey, Service)>;
-
 /// Real servers read, each with its virtual server's position in the list.
 type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;
 
@@ -266,24 +263,34 @@ pub(super) async fn observe_services(
     } else {
         BTreeMap::new()
     };
-    let (ours, unread): (Listed, Listed) = services
-        .into_iter()
-        .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
-        .partition(|(k, _)| part.is_none_or(|p| p.reads(k)));
-    let unread: BTreeMap<VsKey, VirtualServer> = unread
-        .into_iter()
-        .map(|(k, s)| (k, virtual_server(&s, &[])))
-        .collect();
     // Virtual server i is read by reader i % readers: the shares are alike in size
-    // and mix large and small servers.
-    let readers = if ours.len() >= SHARED_FROM {
+    // and mix large and small servers. Those left unread are taken in at once, without
+    // their real servers, so the listing is the only copy of the rest.
+    let ours = services
+        .iter()
+        .filter_map(|s| vs_key(&s.key))
+        .filter(|k| part.is_none_or(|p| p.reads(k)))
+        .count();
+    let readers = if ours >= SHARED_FROM {
         DUMP_THREADS + 1
     } else {
         1
     };
-    let mut shares: Vec<Vec<(usize, VsKey, Service)>> = vec![Vec::new(); readers];
-    for (i, (key, svc)) in ours.into_iter().enumerate() {
-        shares[i % readers].push((i, key, svc));
+    let mut shares: Vec<Vec<(usize, VsKey, Service)>> = (0..readers)
+        .map(|_| Vec::with_capacity(ours.div_ceil(readers)))
+        .collect();
+    let mut unread = BTreeMap::new();
+    let mut i = 0;
+    for (key, svc) in services
+        .into_iter()
+        .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
+    {
+        if part.is_none_or(|p| p.reads(&key)) {
+            shares[i % readers].push((i, key, svc));
+            i += 1;
+        } else {
+            unread.insert(key, virtual_server(&svc, &[]));
+        }
     }
     let mut here = shares.remove(0);
     let mut threads = Vec::new();
