@@ -42,7 +42,8 @@
 //! over the services of every network namespace. While another namespace adds or deletes
 //! services, a plain dump of this one can repeat or skip entries. A tool that acts on what
 //! is missing from a listing (deletes leftovers, for one) should use
-//! [`ServiceHandle::list_consistent`], which dumps until two dumps in a row agree.
+//! [`ServiceHandle::list_consistent`], which dumps until two dumps in a row agree
+//! ([`ServiceHandle::list_consistent_with`] keeps only what the caller makes of each service).
 #![forbid(unsafe_code)]
 
 /// The README (the registry's page of the crate): its quick start compiles as a doc test.
@@ -75,8 +76,8 @@ pub use handle::Handle;
 pub use info::{Info, Version};
 pub use message::{Command, IpvsMessage, MessageAttr};
 pub use service::{
-    AddressFamily, Netmask, Protocol, Scheduler, Service, ServiceAttr, ServiceFlags, ServiceHandle,
-    ServiceKey,
+    AddressFamily, Listing, Netmask, Protocol, Scheduler, Service, ServiceAttr, ServiceFlags,
+    ServiceHandle, ServiceKey,
 };
 pub use stats::{Stats, Stats64Attr, StatsAttr};
 pub use timeout::{TimeoutHandle, Timeouts};

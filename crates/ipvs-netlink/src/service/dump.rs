@@ -41,43 +41,88 @@ impl ServiceHandle {
     /// Fails with [`Error::Unsettled`] when no two dumps in a row agree; the error carries
     /// every service any dump listed.
     pub async fn list_consistent(&self, max_dumps: usize) -> Result<Vec<Service>> {
+        let listing = self
+            .list_consistent_with(max_dumps, |service| service)
+            .await?;
+        let services = listing.services.into_values().collect();
+        if listing.settled {
+            Ok(services)
+        } else {
+            Err(Error::Unsettled {
+                dumps: listing.dumps,
+                seen: services,
+            })
+        }
+    }
+
+    /// [`ServiceHandle::list_consistent`], each service kept as `keep` makes it while the
+    /// dumps come in: a caller that needs a few of a service's fields holds those alone.
+    /// When no two dumps in a row agree, the listing says so (`settled` false) and holds
+    /// every service any dump listed, instead of failing.
+    pub async fn list_consistent_with<T>(
+        &self,
+        max_dumps: usize,
+        mut keep: impl FnMut(Service) -> T,
+    ) -> Result<Listing<T>> {
         let dumps = max_dumps.max(2);
         let mut found = Dumps::default();
-        for _ in 0..dumps {
+        for dump in 1..=dumps {
             let mut listed = std::pin::pin!(self.dump());
             while let Some(service) = listed.try_next().await? {
-                found.add(service);
+                found.add(service.key, keep(service));
             }
             if found.end_dump() {
-                return Ok(found.last_listed());
+                return Ok(found.settled(dump));
             }
         }
-        Err(Error::Unsettled {
+        Ok(Listing {
+            services: found.seen,
             dumps,
-            seen: found.seen(),
+            settled: false,
         })
     }
 }
 
-/// What the dumps of [`ServiceHandle::list_consistent`] found, taken in as they come: each
-/// service once, as the latest dump that listed it saw it, and the keys of the last two dumps.
-/// About one listing is held whatever the number of dumps (a list per dump, and a copy of
-/// each for the union, held three listings of 300-byte services at once: 13 MiB at 12,000).
-#[derive(Default)]
-struct Dumps {
+/// What [`ServiceHandle::list_consistent_with`] listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing<T> {
+    /// Each service once, by key, as the caller kept it: those the last two dumps listed,
+    /// as the last one saw them; unsettled, every service any dump listed.
+    pub services: BTreeMap<ServiceKey, T>,
+    /// How many dumps were made.
+    pub dumps: usize,
+    /// Whether two dumps in a row listed the same services.
+    pub settled: bool,
+}
+
+/// What the dumps of a consistent listing found, taken in as they come: each service once, as
+/// the latest dump that listed it saw it, and the keys of the last two dumps. About one
+/// listing is held whatever the number of dumps (a list per dump, and a copy of each for the
+/// union, held three listings of 300-byte services at once: 13 MiB at 12,000).
+struct Dumps<T> {
     /// Every service any dump listed, each as the latest dump that listed it saw it.
-    seen: BTreeMap<ServiceKey, Service>,
+    seen: BTreeMap<ServiceKey, T>,
     /// The keys the dump under way listed so far, in its order, repeats included.
     listing: Vec<ServiceKey>,
     /// The keys the last dump that ended listed, sorted, each once.
     last: Option<Vec<ServiceKey>>,
 }
 
-impl Dumps {
+impl<T> Default for Dumps<T> {
+    fn default() -> Self {
+        Dumps {
+            seen: BTreeMap::new(),
+            listing: Vec::new(),
+            last: None,
+        }
+    }
+}
+
+impl<T> Dumps<T> {
     /// Takes in a service the dump under way listed.
-    fn add(&mut self, service: Service) {
-        self.listing.push(service.key);
-        self.seen.insert(service.key, service);
+    fn add(&mut self, key: ServiceKey, service: T) {
+        self.listing.push(key);
+        self.seen.insert(key, service);
     }
 
     /// Ends the dump under way; true when it listed the services the dump before it listed.
@@ -91,23 +136,16 @@ impl Dumps {
         agreed
     }
 
-    /// The services the last dump listed, sorted by key, each as that dump saw it.
-    fn last_listed(self) -> Vec<Service> {
+    /// The listing once the last two of `dumps` dumps agreed: the services the last one
+    /// listed, as it saw them (those only earlier dumps listed are dropped in place).
+    fn settled(mut self, dumps: usize) -> Listing<T> {
         let keys = self.last.unwrap_or_default();
-        let mut listed = Vec::with_capacity(keys.len());
-        let mut wanted = keys.iter().peekable();
-        // Both are sorted by key: one walk, the map's nodes freed as it goes.
-        for (key, service) in self.seen {
-            if wanted.next_if(|k| **k == key).is_some() {
-                listed.push(service);
-            }
+        self.seen.retain(|key, _| keys.binary_search(key).is_ok());
+        Listing {
+            services: self.seen,
+            dumps,
+            settled: true,
         }
-        listed
-    }
-
-    /// Every service any dump listed, sorted by key, each once.
-    fn seen(self) -> Vec<Service> {
-        self.seen.into_values().collect()
     }
 }
 
@@ -137,9 +175,13 @@ mod tests {
     }
 
     /// Takes in one dump of `listed`; true when it agreed with the one before.
-    fn dump(found: &mut Dumps, listed: Vec<Service>) -> bool {
-        listed.into_iter().for_each(|s| found.add(s));
+    fn dump(found: &mut Dumps<Service>, listed: Vec<Service>) -> bool {
+        listed.into_iter().for_each(|s| found.add(s.key, s));
         found.end_dump()
+    }
+
+    fn listed(found: Dumps<Service>) -> Vec<Service> {
+        found.settled(2).services.into_values().collect()
     }
 
     #[test]
@@ -150,7 +192,7 @@ mod tests {
             "a first dump agrees with none"
         );
         assert!(dump(&mut found, listing(&[2, 1, 3])));
-        assert_eq!(keys(&found.last_listed()), [1, 2, 3]);
+        assert_eq!(keys(&listed(found)), [1, 2, 3]);
     }
 
     #[test]
@@ -160,7 +202,7 @@ mod tests {
         let mut second = listing(&[2, 1, 1]);
         second[0].timeout = std::time::Duration::from_secs(300);
         assert!(dump(&mut found, second), "the same keys, a service changed");
-        let listed = found.last_listed();
+        let listed = listed(found);
         assert_eq!(keys(&listed), [1, 2]);
         assert_eq!(listed[1].timeout, std::time::Duration::from_secs(300));
     }
@@ -175,7 +217,8 @@ mod tests {
         for ports in [&[1, 2, 9][..], &[1, 2], &[2, 1]] {
             dump(&mut settled, listing(ports));
         }
-        assert_eq!(keys(&settled.last_listed()), [1, 2]);
-        assert_eq!(keys(&found.seen()), [1, 2, 3, 9], "every dump's, each once");
+        assert_eq!(keys(&listed(settled)), [1, 2]);
+        let seen: Vec<Service> = found.seen.into_values().collect();
+        assert_eq!(keys(&seen), [1, 2, 3, 9], "every dump's, each once");
     }
 }

@@ -12,6 +12,7 @@ mod handle;
 mod set;
 
 pub use attr::{FlagsAttr, ServiceAttr};
+pub use dump::Listing;
 pub use handle::ServiceHandle;
 pub use model::{AddressFamily, Netmask, Protocol, Scheduler, Service, ServiceFlags, ServiceKey};
 

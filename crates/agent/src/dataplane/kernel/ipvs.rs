@@ -225,6 +225,17 @@ fn ipvs_destination(addr: &RealServer, weight: u32) -> Destination {
 /// Real servers read, each with its virtual server's position in the list.
 type Read = Vec<(usize, Result<(VsKey, VirtualServer), Error>)>;
 
+/// A virtual server to read the real servers of: its position in the list, its key, and the
+/// virtual server as listed, without them.
+type ToRead = (usize, VsKey, VirtualServer);
+
+/// What a listing keeps of each IPVS service: the virtual server without its real servers
+/// and, when asked, what IPVS counted (a third of the 300 bytes the library's service takes).
+struct Kept {
+    vs: VirtualServer,
+    traffic: Option<Traffic>,
+}
+
 /// Every IPVS virtual server of ours, listed over `ipvs`, with the real servers of those
 /// `part` selects (all without one) dumped over `dumpers`; the keys of those whose real
 /// servers were not read come second; with `traffic`, what IPVS counted for each, from the
@@ -242,55 +253,48 @@ pub(super) async fn observe_services(
     ),
     Error,
 > {
-    let services = match ipvs.services().list_consistent(SERVICE_DUMPS).await {
-        Ok(services) => services,
+    let keep = |s: Service| Kept {
+        vs: virtual_server(&s, &[]),
+        traffic: traffic.then(|| counts(&s)),
+    };
+    let listing = ipvs
+        .services()
+        .list_consistent_with(SERVICE_DUMPS, keep)
+        .await
+        .map_err(|e| ipvs_error("list IPVS services", e))?;
+    if !listing.settled {
         // Another namespace kept changing IPVS through every dump: what any dump listed
         // (a service of ours is missing only if every dump skipped it).
-        Err(ipvs_netlink::Error::Unsettled { dumps, seen }) => {
-            warn!(
-                dumps,
-                "the IPVS service list did not settle (another network namespace kept changing IPVS); using every service the dumps listed"
-            );
-            seen
+        warn!(
+            dumps = listing.dumps,
+            "the IPVS service list did not settle (another network namespace kept changing IPVS); using every service the dumps listed"
+        );
+    }
+    let mut counted = Vec::new();
+    let (mut ours, mut unread) = (Vec::new(), Vec::new());
+    for (key, kept) in listing.services {
+        let Some(key) = vs_key(&key) else { continue };
+        if let Some(traffic) = kept.traffic {
+            counted.push((key, traffic));
         }
-        Err(e) => return Err(ipvs_error("list IPVS services", e)),
-    };
-    let counted = if traffic {
-        services
-            .iter()
-            .filter_map(|s| Some((vs_key(&s.key)?, counts(s))))
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
+        if part.is_none_or(|p| p.reads(&key)) {
+            ours.push((key, kept.vs));
+        } else {
+            unread.push((key, kept.vs));
+        }
+    }
     // Virtual server i is read by reader i % readers: the shares are alike in size
-    // and mix large and small servers. Those left unread are taken in at once, without
-    // their real servers, so the listing is the only copy of the rest.
-    let ours = services
-        .iter()
-        .filter_map(|s| vs_key(&s.key))
-        .filter(|k| part.is_none_or(|p| p.reads(k)))
-        .count();
-    let readers = if ours >= SHARED_FROM {
+    // and mix large and small servers.
+    let readers = if ours.len() >= SHARED_FROM {
         DUMP_THREADS + 1
     } else {
         1
     };
-    let mut shares: Vec<Vec<(usize, VsKey, Service)>> = (0..readers)
-        .map(|_| Vec::with_capacity(ours.div_ceil(readers)))
+    let mut shares: Vec<Vec<ToRead>> = (0..readers)
+        .map(|_| Vec::with_capacity(ours.len().div_ceil(readers)))
         .collect();
-    let mut unread = BTreeMap::new();
-    let mut i = 0;
-    for (key, svc) in services
-        .into_iter()
-        .filter_map(|s| vs_key(&s.key).map(|k| (k, s)))
-    {
-        if part.is_none_or(|p| p.reads(&key)) {
-            shares[i % readers].push((i, key, svc));
-            i += 1;
-        } else {
-            unread.insert(key, virtual_server(&svc, &[]));
-        }
+    for (i, (key, vs)) in ours.into_iter().enumerate() {
+        shares[i % readers].push((i, key, vs));
     }
     let mut here = shares.remove(0);
     let mut threads = Vec::new();
@@ -310,11 +314,18 @@ pub(super) async fn observe_services(
     }
     // The first failure in the services' order, whatever reader met it.
     read.sort_unstable_by_key(|(i, _)| *i);
-    let mut services: BTreeMap<VsKey, VirtualServer> =
-        read.into_iter().map(|(_, r)| r).collect::<Result<_, _>>()?;
-    let keys = unread.keys().copied().collect();
+    let mut services = Vec::with_capacity(read.len() + unread.len());
+    for (_, r) in read {
+        services.push(r?);
+    }
+    let keys = unread.iter().map(|(key, _)| *key).collect();
     services.extend(unread);
-    Ok((services, keys, counted))
+    // Collected whole, the maps are built packed (inserted one by one, half full).
+    Ok((
+        services.into_iter().collect(),
+        keys,
+        counted.into_iter().collect(),
+    ))
 }
 
 /// What IPVS counted for `svc`: its 64-bit counters, or the 32-bit ones from a kernel
@@ -331,22 +342,24 @@ fn counts(svc: &Service) -> Traffic {
 }
 
 /// Reads the real servers of `services` over `sockets`, one dump in flight on each.
-async fn read_destinations(
-    sockets: &[ipvs_netlink::Handle],
-    services: Vec<(usize, VsKey, Service)>,
-) -> Read {
+async fn read_destinations(sockets: &[ipvs_netlink::Handle], services: Vec<ToRead>) -> Read {
     let n = sockets.len().max(1);
     // `buffered` keeps at most n consecutive services in flight, so the socket of service
     // j (j % n) is never asked twice at once.
     futures::stream::iter(services.into_iter().enumerate())
-        .map(|(j, (i, key, svc))| {
+        .map(|(j, (i, key, mut vs))| {
             let ipvs = sockets[j % n].clone();
             async move {
                 let read = ipvs
-                    .destinations(&svc.key)
+                    .destinations(&ipvs_key(&key))
                     .list()
                     .await
-                    .map(|dests| (key, virtual_server(&svc, &dests)))
+                    .map(|dests| {
+                        let read = real_servers(&dests);
+                        vs.destinations = read.destinations;
+                        vs.connections = read.connections;
+                        (key, vs)
+                    })
                     .map_err(|e| ipvs_error(&format!("list destinations of {key}"), e));
                 (i, read)
             }
@@ -358,9 +371,7 @@ async fn read_destinations(
 
 /// Starts a thread (in the caller's network namespace) that reads the real servers of
 /// `services` over sockets of its own; gives the services back when no thread can start.
-fn spawn_reader(
-    services: Vec<(usize, VsKey, Service)>,
-) -> Result<oneshot::Receiver<Read>, Vec<(usize, VsKey, Service)>> {
+fn spawn_reader(services: Vec<ToRead>) -> Result<oneshot::Receiver<Read>, Vec<ToRead>> {
     // The services go over once the thread runs, so a failed start keeps them here.
     let (work_tx, work_rx) = std::sync::mpsc::channel();
     let (tx, rx) = oneshot::channel();
@@ -381,8 +392,8 @@ fn spawn_reader(
 }
 
 /// The work of a reader thread: a runtime and sockets of its own, then the dumps.
-fn read_on_thread(services: Vec<(usize, VsKey, Service)>) -> Read {
-    let fail = |services: Vec<(usize, VsKey, Service)>, e: Error| {
+fn read_on_thread(services: Vec<ToRead>) -> Read {
+    let fail = |services: Vec<ToRead>, e: Error| {
         let e = Arc::new(e);
         services
             .into_iter()
