@@ -868,25 +868,28 @@ fn heap(n: usize, cold_only: bool) {
     println!("{line}");
 }
 
-/// Prints this process's RSS (and its anonymous part) to stderr every 20 ms, each time it
-/// grew by a MiB or more, with the uptime the debug logs carry (`SCALE_LOG`): which step of a
+/// Prints this process's RSS (its anonymous part, and the heap when counted) to stderr each
+/// time one moved by a MiB or more (looked at every 5 ms), with the uptime the debug logs carry (`SCALE_LOG`): which step of a
 /// sync the peak falls in, where no heap profiler runs (the lab).
 fn rss_trace() {
     let t0 = Instant::now();
     std::thread::spawn(move || {
-        let mut last = 0u64;
+        let (mut last, mut last_heap) = (0u64, 0usize);
         loop {
             let (rss, anon) = (status_kib("VmRSS:"), status_kib("RssAnon:"));
-            if rss >= last + 1024 || rss + 1024 <= last {
+            // The heap, when counted (the `passes` child).
+            let heap = HEAP_LIVE.load(Ordering::Relaxed);
+            if rss.abs_diff(last) >= 1024 || heap.abs_diff(last_heap) >= 1 << 20 {
                 eprintln!(
-                    "rss: {:.3}s {:.1} MiB (anonymous {:.1})",
+                    "rss: {:.3}s {:.1} MiB (anonymous {:.1}, heap {:.1})",
                     t0.elapsed().as_secs_f64(),
                     rss as f64 / 1024.0,
-                    anon as f64 / 1024.0
+                    anon as f64 / 1024.0,
+                    heap as f64 / 1048576.0
                 );
-                last = rss;
+                (last, last_heap) = (rss, heap);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
     });
 }
@@ -1185,6 +1188,10 @@ fn periodic_passes(
         let r = rt.block_on(syncer.sync(cluster, true)).expect("pass");
         assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
         drop(r);
+        if std::env::var_os("SCALE_TRIM").is_some() {
+            // SAFETY: glibc's malloc_trim takes a plain integer and touches no memory of ours.
+            unsafe { libc::malloc_trim(0) };
+        }
         let (after, sync_peak) = heap_mib();
         eprintln!(
             "pass {p}: {:.2} s; heap, MiB: {before:.1} before, the read apart {read:.1} (peak {read_peak:.1}), the sync {after:.1} (peak {sync_peak:.1}); RSS {:.1} MiB, peak {:.1}",

@@ -15,6 +15,7 @@ use rtnetlink::{Handle, LinkDummy, RouteMessageBuilder};
 
 use super::Error;
 use crate::model::desired::LocalAddress;
+use crate::model::kernel::LINK_NAME;
 
 /// The routing protocol number of the agent's routes (`ip route ... proto 194`): the kernel
 /// does not interpret it, and it tells the agent's `local` routes from the ones the kernel
@@ -51,14 +52,37 @@ pub struct VipRoute {
     pub metric: u32,
 }
 
-/// An address as the kernel reported it, kept to delete it later.
-#[derive(Debug, Clone)]
+/// An address as the kernel reported it, kept to delete it later: what a deletion must name
+/// (the kernel matches the link, the address and its prefix length), not the whole message,
+/// which took 250 bytes and more per VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Address {
     /// The interface index.
     pub index: u32,
     /// The address.
     pub ip: IpAddr,
-    message: AddressMessage,
+    /// Its prefix length.
+    pub prefix_len: u8,
+}
+
+impl Address {
+    /// The message that deletes it: `IFA_ADDRESS`, and `IFA_LOCAL` for IPv4 (as `ip addr del`
+    /// sends them).
+    fn deletion(&self) -> AddressMessage {
+        let mut message = AddressMessage::default();
+        message.header.index = self.index;
+        message.header.family = if self.ip.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        message.header.prefix_len = self.prefix_len;
+        message.attributes.push(AddressAttribute::Address(self.ip));
+        if self.ip.is_ipv4() {
+            message.attributes.push(AddressAttribute::Local(self.ip));
+        }
+        message
+    }
 }
 
 impl Links {
@@ -188,14 +212,15 @@ impl Links {
                 out.push(Address {
                     index: msg.header.index,
                     ip,
-                    message: msg,
+                    prefix_len: msg.header.prefix_len,
                 });
             }
         }
         Ok(out)
     }
 
-    /// The host's addresses with their interface names.
+    /// The host's addresses with their interface names, but for the VIPs on `kube-ipvs0`
+    /// ([`crate::model::kernel::host::Host`] says why).
     pub fn local_addresses(
         interfaces: &BTreeMap<u32, String>,
         addresses: &[Address],
@@ -206,6 +231,7 @@ impl Links {
                 interface: interfaces.get(&a.index).cloned().unwrap_or_default(),
                 address: a.ip,
             })
+            .filter(|a| a.interface != LINK_NAME)
             .collect()
     }
 
@@ -241,27 +267,19 @@ impl Links {
     pub async fn del_address(&self, address: &Address) -> Result<(), Error> {
         self.handle
             .address()
-            .del(address.message.clone())
+            .del(address.deletion())
             .execute()
             .await
             .map_err(|e| netlink(&format!("delete address {}", address.ip), e))
     }
 
-    /// A deletion message for `ip` on link `index`, when the address was not listed first.
+    /// The host address (/32 or /128) `ip` on link `index`, to delete one not listed first.
     pub fn address_on(index: u32, ip: IpAddr) -> Address {
-        let mut message = AddressMessage::default();
-        message.header.index = index;
-        message.header.family = if ip.is_ipv4() {
-            AddressFamily::Inet
-        } else {
-            AddressFamily::Inet6
-        };
-        message.header.prefix_len = if ip.is_ipv4() { 32 } else { 128 };
-        message.attributes.push(AddressAttribute::Address(ip));
-        if ip.is_ipv4() {
-            message.attributes.push(AddressAttribute::Local(ip));
+        Address {
+            index,
+            ip,
+            prefix_len: if ip.is_ipv4() { 32 } else { 128 },
         }
-        Address { index, ip, message }
     }
 
     /// Deletes link `index`.
@@ -301,4 +319,59 @@ fn route_table(msg: &RouteMessage) -> u32 {
 
 fn netlink(what: &str, e: rtnetlink::Error) -> Error {
     Error::request(what, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_addresses_leave_the_vips_on_kube_ipvs0_out() {
+        let interfaces = BTreeMap::from([(1, "lo".to_string()), (7, LINK_NAME.to_string())]);
+        let addresses = [
+            Links::address_on(1, "127.0.0.1".parse().unwrap()),
+            Links::address_on(7, "10.96.0.1".parse().unwrap()),
+            Links::address_on(9, "192.168.0.2".parse().unwrap()),
+        ];
+        let host = Links::local_addresses(&interfaces, &addresses);
+        let seen: Vec<(&str, String)> = host
+            .iter()
+            .map(|a| (a.interface.as_str(), a.address.to_string()))
+            .collect();
+        assert_eq!(
+            seen,
+            [("lo", "127.0.0.1".into()), ("", "192.168.0.2".into())],
+            "a link gone since its address was listed keeps the address, unnamed"
+        );
+    }
+
+    #[test]
+    fn an_address_is_deleted_by_its_link_address_and_prefix() {
+        let v4 = Address {
+            index: 7,
+            ip: "10.96.0.1".parse().unwrap(),
+            prefix_len: 24,
+        };
+        let m = v4.deletion();
+        assert_eq!(
+            (m.header.index, m.header.family, m.header.prefix_len),
+            (7, AddressFamily::Inet, 24)
+        );
+        assert_eq!(
+            m.attributes,
+            [
+                AddressAttribute::Address(v4.ip),
+                AddressAttribute::Local(v4.ip)
+            ]
+        );
+        let v6 = Links::address_on(7, "fd00::1".parse().unwrap()).deletion();
+        assert_eq!(
+            (v6.header.family, v6.header.prefix_len),
+            (AddressFamily::Inet6, 128)
+        );
+        assert_eq!(
+            v6.attributes,
+            [AddressAttribute::Address("fd00::1".parse().unwrap())]
+        );
+    }
 }

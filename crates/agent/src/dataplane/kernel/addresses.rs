@@ -44,7 +44,7 @@ impl Kernel {
         for a in &addresses {
             if Some(a.index) == self.link_index {
                 self.vips.addresses.insert(a.ip);
-                self.bound.insert(a.ip, a.clone());
+                self.bound.insert(a.ip, *a);
             }
         }
         for r in routes {
@@ -62,12 +62,12 @@ impl Kernel {
         let link = self.link_index;
         Some(match *step {
             Step::BindAddress(ip) => Action::AddAddress(link?, ip),
-            Step::UnbindAddress(ip) => Action::DelAddress(Box::new(
+            Step::UnbindAddress(ip) => Action::DelAddress(
                 self.bound
                     .get(&ip)
-                    .cloned()
+                    .copied()
                     .unwrap_or_else(|| Links::address_on(link.unwrap_or(0), ip)),
-            )),
+            ),
             Step::AddRoute(ip) => Action::AddRoute(link?, ip, VIP_ROUTE_METRIC),
             Step::DelRoute(ip) => Action::DelRoute(link?, ip, VIP_ROUTE_METRIC),
             Step::AddBridge(ip) => Action::AddRoute(self.lo_index?, ip, BRIDGE_ROUTE_METRIC),
@@ -216,9 +216,8 @@ pub struct Rebound {
 pub(super) enum Action {
     /// Add an address on a link.
     AddAddress(u32, IpAddr),
-    /// Delete an address (boxed: an action per VIP waits for its turn, and the other actions
-    /// are a fifth of an address message's size).
-    DelAddress(Box<Address>),
+    /// Delete an address.
+    DelAddress(Address),
     /// Add or replace the agent's local route through a link, with a metric.
     AddRoute(u32, Ipv4Addr, u32),
     /// Delete the agent's local route through a link, with a metric.
