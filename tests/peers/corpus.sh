@@ -18,6 +18,10 @@ if [[ "$which" == all ]]; then
 else
     jobs=1
 fi
+# The commit the run tests: taken before the build, since the tree may move on while the
+# VMs run (the stamp once named a later commit than the one built).
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- crates tests/peers README.md || commit+=" with local changes"
 # Build once, before the VMs start (they would wait on cargo's lock in turn).
 cargo build --quiet --profile labtest -p lab
 cargo test --quiet --no-run --all-features --profile labtest -p peers -p kube-proxy-ipvs-agent 2>/dev/null
@@ -64,8 +68,6 @@ fi
 if [[ "$which" == all && $rc != 0 ]]; then
     echo "corpus: the run failed: tests/peers/RESULTS.md left as it was" >&2
 elif [[ "$which" == all ]]; then
-    commit=$(git rev-parse --short HEAD)
-    git diff --quiet HEAD -- crates tests/peers README.md || commit+=" with local changes"
     kubernetes=$(awk '$1 == "k8s.io/kubernetes" {print $2}' tests/peers/go.mod)
     etcd=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2}' tests/peers/go.mod)
     kernel=$(grep -ho 'guest kernel [^ ,]*' "${logs[@]}" | head -1 | cut -d' ' -f3)
