@@ -1174,6 +1174,21 @@ fn periodic_passes(
     let mib = |kib: u64| kib as f64 / 1024.0;
     let (live, _) = heap_mib();
     eprintln!("after the cold sync: heap {live:.1} MiB");
+    // The IPVS listing alone, keeping a key per service: what the dumps cost beside it.
+    let listed = rt.block_on(async {
+        let ipvs = ipvs_netlink::connect().await.expect("connect to IPVS");
+        ipvs.services()
+            .list_consistent_with(8, |s| s.key)
+            .await
+            .expect("list")
+    });
+    let (with, peak) = heap_mib();
+    eprintln!(
+        "the IPVS listing alone: {} services in {} dumps, keys only; heap {with:.1} MiB (peak {peak:.1})",
+        listed.services.len(),
+        listed.dumps
+    );
+    drop(listed);
     for p in 0..passes {
         let id = change_endpoint(cluster, keys, p, [10, 64, 0, 0]);
         rt.block_on(syncer.sync_changed(cluster, &BTreeSet::from([id])))

@@ -18,6 +18,7 @@ use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_sys::AsyncSocket;
 
 use crate::message::FAMILY_NAME;
+use crate::paced::DumpSocket;
 use crate::{Error, Handle, Result};
 
 /// One generic-netlink message as bytes: the netlink message type (the family id) and the
@@ -81,7 +82,9 @@ pub fn new_connection() -> io::Result<(Connection, Handle)> {
     socket.set_rx_buf_sz(RECEIVE_BUFFER)?;
     let receive_buffer = socket.get_rx_buf_sz()?;
     let batch_limit = (receive_buffer / ACK_TRUESIZE).clamp(16, 4096);
-    Ok((conn, Handle::new(handle, batch_limit)))
+    // Beside the connection's socket, so in its network namespace.
+    let dumps = DumpSocket::open()?;
+    Ok((conn, Handle::new(handle, batch_limit, dumps)))
 }
 
 /// Opens a connection, spawns it on the current tokio runtime and resolves the `IPVS`

@@ -17,6 +17,7 @@ use crate::daemon::DaemonHandle;
 use crate::destination::DestinationHandle;
 use crate::info::Info;
 use crate::message::{Command, IpvsMessage, MessageAttr};
+use crate::paced::{DumpSocket, PacedDump, SharedDumpSocket};
 use crate::service::{ServiceHandle, ServiceKey};
 use crate::timeout::TimeoutHandle;
 use crate::{Error, Result};
@@ -27,16 +28,23 @@ pub struct Handle {
     conn: ConnectionHandle<RawMessage>,
     family: Arc<OnceCell<u16>>,
     batch_limit: usize,
+    /// The socket of paced dumps, opened beside the connection's.
+    dumps: SharedDumpSocket,
 }
 
 const ENOBUFS: i32 = 105;
 
 impl Handle {
-    pub(crate) fn new(conn: ConnectionHandle<RawMessage>, batch_limit: usize) -> Self {
+    pub(crate) fn new(
+        conn: ConnectionHandle<RawMessage>,
+        batch_limit: usize,
+        dumps: DumpSocket,
+    ) -> Self {
         Handle {
             conn,
             family: Arc::new(OnceCell::new()),
             batch_limit,
+            dumps: Arc::new(tokio::sync::Mutex::new(dumps)),
         }
     }
 
@@ -144,6 +152,24 @@ impl Handle {
             }
         }
         Ok(None)
+    }
+
+    /// [`Handle::dump`] on a socket of its own, each datagram read when the stream's consumer
+    /// reaches it (see `paced`): for a long dump whose consumer keeps a part of each message.
+    pub(crate) fn dump_paced(
+        &self,
+        message: IpvsMessage,
+    ) -> impl Stream<Item = Result<IpvsMessage>> + use<> {
+        let this = self.clone();
+        stream::once(async move {
+            let family = this.family_id().await?;
+            PacedDump::start(this.dumps.clone(), family, &message).await
+        })
+        .map(|started| match started {
+            Ok(dump) => dump.messages().left_stream(),
+            Err(e) => stream::once(ready(Err(e))).right_stream(),
+        })
+        .flatten()
     }
 
     /// Sends a dump request and streams the kernel's messages.

@@ -61,6 +61,7 @@ pub mod info;
 pub mod ipvsadm;
 pub mod message;
 mod nla;
+mod paced;
 pub mod service;
 pub mod stats;
 pub mod timeout;

@@ -627,6 +627,54 @@ fn a_listing_disturbed_by_another_namespace_is_consistent() {
     assert!(settled >= 150, "{settled} of 200 listings settled");
 }
 
+/// A service listing is read as its consumer takes it, on a socket the connection opened in
+/// its own namespace: a listing stopped after its first service leaves the next listing on
+/// the same handle whole, and a handle opened in one namespace lists that namespace's
+/// services whatever thread's namespace polls it.
+#[test]
+fn a_listing_is_read_as_consumed_on_the_connections_namespace() {
+    let _serial = serial();
+    let _ns = Netns::fresh();
+    let rules: String = (0..2000u32)
+        .map(|i| format!("-A -t 10.98.{}.{}:80 -s rr\n", i / 250, i % 250 + 1))
+        .collect();
+    let file = std::env::temp_dir().join("ipvs-lab-paced.rules");
+    std::fs::write(&file, rules).unwrap();
+    sh(&format!("ipvsadm -R < {}", file.display()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt.block_on(async { ipvs_netlink::connect().await.expect("connect") });
+    rt.block_on(async {
+        for _ in 0..3 {
+            // Many datagrams' worth: the kernel is mid-dump when the consumer stops.
+            let mut stream = std::pin::pin!(handle.services().dump());
+            assert!(stream.try_next().await.unwrap().is_some());
+        }
+        let listed = handle
+            .services()
+            .list()
+            .await
+            .expect("a listing after stopped ones");
+        assert_eq!(
+            listed.len(),
+            2000,
+            "a whole listing after three stopped early"
+        );
+    });
+    // Polled from a thread in a namespace of its own: the handle's namespace is listed.
+    let other = std::thread::spawn(move || {
+        let _elsewhere = Netns::fresh();
+        rt.block_on(async { handle.services().list().await.expect("list").len() })
+    });
+    assert_eq!(
+        other.join().unwrap(),
+        2000,
+        "listed in the handle's namespace"
+    );
+}
+
 /// The `ipvs` example, copied into the guest next to the test binaries.
 fn ipvs_example() -> String {
     let exe = std::env::current_exe().unwrap();

@@ -11,14 +11,15 @@ use crate::{Error, Result};
 
 impl ServiceHandle {
     /// Streams every service, in the kernel's (hash table) order (`ipvsadm -Ln`, without
-    /// destinations).
+    /// destinations), on a socket of its own and read as the stream is consumed: a listing
+    /// of thousands of services is never held whole unless its consumer keeps it.
     ///
     /// A dump that takes more than one netlink message can repeat or skip a service while
     /// another network namespace adds or deletes services; see
     /// [`ServiceHandle::list_consistent`].
     pub fn dump(&self) -> impl Stream<Item = Result<Service>> + use<> {
         self.handle
-            .dump(IpvsMessage::new(Command::GetService, vec![]))
+            .dump_paced(IpvsMessage::new(Command::GetService, vec![]))
             .map(|m| m.and_then(|m| service_of(&m)))
     }
 
