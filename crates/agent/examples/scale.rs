@@ -1162,8 +1162,11 @@ fn agent_child(n: usize, changes: usize) {
 }
 
 /// `passes` periodic passes as the sync loop makes them, each after one endpoint change: the
-/// read of one share runs apart on the runtime, then the full sync takes it in. Prints each
-/// pass's time and the RSS and peak after it (the beside bench's peak comes from these).
+/// read of one share runs apart on the runtime, then the full sync takes it in. Prints the
+/// heap of the IPVS service listing alone, then each pass's time, its heap (live and peak)
+/// after the read and after the sync, and the RSS and its peak (the beside bench's peak comes
+/// from these passes). `SCALE_TRIM=1` returns free memory to the kernel after each pass
+/// (glibc's `malloc_trim`): a diagnosis, which lowers the RSS between passes, not the peak.
 fn periodic_passes(
     rt: &tokio::runtime::Runtime,
     syncer: &mut Syncer<Timed>,

@@ -5,15 +5,16 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use futures::TryStreamExt;
-use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::LinkAttribute;
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::{Handle, LinkDummy, RouteMessageBuilder};
 
 use super::Error;
+use super::paced_dump::PacedDumps;
 use crate::model::desired::LocalAddress;
 use crate::model::kernel::LINK_NAME;
 
@@ -39,6 +40,8 @@ pub struct Links {
     /// A second socket with `NETLINK_GET_STRICT_CHK`, so that route dumps are filtered by the
     /// kernel (one table, one protocol) instead of sending every route of the host.
     strict: Handle,
+    /// The socket of the address dumps, read as they are taken in.
+    dumps: PacedDumps,
 }
 
 /// One of the agent's routes as the kernel listed it.
@@ -99,7 +102,13 @@ impl Links {
                 source,
             })?;
         tokio::spawn(conn);
-        Ok(Links { handle, strict })
+        // Beside the connection's sockets, so in their network namespace.
+        let dumps = PacedDumps::open()?;
+        Ok(Links {
+            handle,
+            strict,
+            dumps,
+        })
     }
 
     /// The agent's IPv4 routes in table `local` (protocol [`VIP_ROUTE_PROTOCOL`], type
@@ -189,33 +198,34 @@ impl Links {
         Ok(out)
     }
 
-    /// Every address on every interface.
+    /// Every address on every interface, taken in as the dump comes ([`PacedDumps`]).
     pub async fn addresses(&self) -> Result<Vec<Address>, Error> {
-        let mut stream = self.handle.address().get().execute();
         let mut out = Vec::new();
-        while let Some(msg) = stream
-            .try_next()
-            .await
-            .map_err(|e| netlink("list addresses", e))?
-        {
-            // IFA_LOCAL is the interface's own address on point-to-point links; IFA_ADDRESS
-            // otherwise. Prefer LOCAL when present, as `ip addr` does.
-            let local = msg.attributes.iter().find_map(|a| match a {
-                AddressAttribute::Local(ip) => Some(*ip),
-                _ => None,
-            });
-            let addr = msg.attributes.iter().find_map(|a| match a {
-                AddressAttribute::Address(ip) => Some(*ip),
-                _ => None,
-            });
-            if let Some(ip) = local.or(addr) {
-                out.push(Address {
-                    index: msg.header.index,
-                    ip,
-                    prefix_len: msg.header.prefix_len,
+        let request = RouteNetlinkMessage::GetAddress(AddressMessage::default());
+        self.dumps
+            .each("list addresses", request, |m| {
+                let RouteNetlinkMessage::NewAddress(msg) = m else {
+                    return;
+                };
+                // IFA_LOCAL is the interface's own address on point-to-point links;
+                // IFA_ADDRESS otherwise. Prefer LOCAL when present, as `ip addr` does.
+                let local = msg.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Local(ip) => Some(*ip),
+                    _ => None,
                 });
-            }
-        }
+                let addr = msg.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(ip) => Some(*ip),
+                    _ => None,
+                });
+                if let Some(ip) = local.or(addr) {
+                    out.push(Address {
+                        index: msg.header.index,
+                        ip,
+                        prefix_len: msg.header.prefix_len,
+                    });
+                }
+            })
+            .await?;
         Ok(out)
     }
 

@@ -2,6 +2,7 @@
 //! [`Dataplane`] trait, so the sync loop can run against the real kernel or in memory.
 //!
 //! - [`link`][]: `kube-ipvs0`, the host's addresses and the VIP routes (rtnetlink).
+//! - [`paced_dump`][]: rtnetlink dumps read a datagram at a time, as they are taken in.
 //! - [`vip`][]: VIPs as addresses or as local routes, and switching between the two.
 //! - [`child`][]: the tools run as child processes die with the agent.
 //! - [`conntrack`][]: stale UDP conntrack entries, deleted over ctnetlink.
@@ -25,6 +26,7 @@ pub mod leftovers;
 pub mod link;
 pub mod memory;
 pub mod modules;
+pub mod paced_dump;
 pub mod probe;
 pub mod sysctl;
 pub mod vip;
