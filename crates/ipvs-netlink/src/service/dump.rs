@@ -12,7 +12,9 @@ use crate::{Error, Result};
 impl ServiceHandle {
     /// Streams every service, in the kernel's (hash table) order (`ipvsadm -Ln`, without
     /// destinations), on a socket of its own and read as the stream is consumed: a listing
-    /// of thousands of services is never held whole unless its consumer keeps it.
+    /// of thousands of services is never held whole unless its consumer keeps it. Listings
+    /// on one connection take turns: another waits until this stream ends or is dropped (the
+    /// kernel runs one dump per socket), so do not start one while holding this stream.
     ///
     /// A dump that takes more than one netlink message can repeat or skip a service while
     /// another network namespace adds or deletes services; see
