@@ -37,11 +37,12 @@ const RT_TABLE_LOCAL: u8 = 255;
 #[derive(Clone)]
 pub struct Links {
     handle: Handle,
-    /// A second socket with `NETLINK_GET_STRICT_CHK`, so that route dumps are filtered by the
-    /// kernel (one table, one protocol) instead of sending every route of the host.
-    strict: Handle,
     /// The socket of the address dumps, read as they are taken in.
     dumps: PacedDumps,
+    /// The socket of the route dumps, read as they are taken in, with `NETLINK_GET_STRICT_CHK`,
+    /// so that they are filtered by the kernel (one table, one protocol) instead of sending
+    /// every route of the host.
+    strict_dumps: PacedDumps,
 }
 
 /// One of the agent's routes as the kernel listed it.
@@ -96,18 +97,13 @@ impl Links {
             source,
         })?;
         tokio::spawn(conn);
-        let (conn, strict, _) =
-            rtnetlink::new_connection_with_strict_check().map_err(|source| Error::Io {
-                what: "rtnetlink socket",
-                source,
-            })?;
-        tokio::spawn(conn);
         // Beside the connection's sockets, so in their network namespace.
-        let dumps = PacedDumps::open()?;
+        let dumps = PacedDumps::open(false)?;
+        let strict_dumps = PacedDumps::open(true)?;
         Ok(Links {
             handle,
-            strict,
             dumps,
+            strict_dumps,
         })
     }
 
@@ -121,36 +117,37 @@ impl Links {
             .build();
         // A dump request must leave the scope at 0 (universe); the builder's default.
         filter.header.scope = RouteScope::Universe;
-        let mut stream = self.strict.route().get(filter).execute();
         let mut out = Vec::new();
-        while let Some(msg) = stream
-            .try_next()
-            .await
-            .map_err(|e| netlink("list routes", e))?
-        {
-            // A kernel without strict dumps ignores the filter: check each route again.
-            if msg.header.protocol != RouteProtocol::Other(VIP_ROUTE_PROTOCOL)
-                || msg.header.kind != RouteType::Local
-                || msg.header.destination_prefix_length != 32
-                || route_table(&msg) != u32::from(RT_TABLE_LOCAL)
-            {
-                continue;
-            }
-            let mut ip = None;
-            let mut index = None;
-            let mut metric = 0;
-            for a in &msg.attributes {
-                match a {
-                    RouteAttribute::Destination(RouteAddress::Inet(d)) => ip = Some(*d),
-                    RouteAttribute::Oif(i) => index = Some(*i),
-                    RouteAttribute::Priority(p) => metric = *p,
-                    _ => {}
+        let request = RouteNetlinkMessage::GetRoute(filter);
+        self.strict_dumps
+            .each("list routes", request, |m| {
+                let RouteNetlinkMessage::NewRoute(msg) = m else {
+                    return;
+                };
+                // A kernel without strict dumps ignores the filter: check each route again.
+                if msg.header.protocol != RouteProtocol::Other(VIP_ROUTE_PROTOCOL)
+                    || msg.header.kind != RouteType::Local
+                    || msg.header.destination_prefix_length != 32
+                    || route_table(&msg) != u32::from(RT_TABLE_LOCAL)
+                {
+                    return;
                 }
-            }
-            if let (Some(ip), Some(index)) = (ip, index) {
-                out.push(VipRoute { ip, index, metric });
-            }
-        }
+                let mut ip = None;
+                let mut index = None;
+                let mut metric = 0;
+                for a in &msg.attributes {
+                    match a {
+                        RouteAttribute::Destination(RouteAddress::Inet(d)) => ip = Some(*d),
+                        RouteAttribute::Oif(i) => index = Some(*i),
+                        RouteAttribute::Priority(p) => metric = *p,
+                        _ => {}
+                    }
+                }
+                if let (Some(ip), Some(index)) = (ip, index) {
+                    out.push(VipRoute { ip, index, metric });
+                }
+            })
+            .await?;
         Ok(out)
     }
 

@@ -31,14 +31,21 @@ pub struct PacedDumps {
 
 impl PacedDumps {
     /// Opens the socket in the calling thread's network namespace (call it beside the
-    /// connection it serves).
-    pub fn open() -> Result<Self, Error> {
+    /// connection it serves); with `strict`, `NETLINK_GET_STRICT_CHK`, so that the kernel
+    /// filters a dump by what its request names (a route table, a protocol).
+    pub fn open(strict: bool) -> Result<Self, Error> {
         let io = |source| Error::Io {
             what: "rtnetlink dump socket",
             source,
         };
         let mut socket = TokioSocket::new(protocols::NETLINK_ROUTE).map_err(io)?;
         socket.socket_mut().bind_auto().map_err(io)?;
+        if strict {
+            socket
+                .socket_mut()
+                .set_netlink_get_strict_chk(true)
+                .map_err(io)?;
+        }
         socket
             .socket_mut()
             .connect(&SocketAddr::new(0, 0))
