@@ -86,8 +86,15 @@ impl PacedDump {
         let mut dump = PacedDump {
             socket: socket.lock_owned().await,
         };
-        if dump.socket.unfinished {
-            while dump.next().await.is_ok_and(|m| m.is_some()) {}
+        // A message that does not decode is skipped; a failed read ends the drain, and the
+        // request is not sent (the kernel would refuse it with EBUSY while that dump runs).
+        loop {
+            match dump.next().await {
+                Ok(None) => break,
+                Ok(Some(_)) => {}
+                Err(e @ (Error::Io(_) | Error::ConnectionClosed)) => return Err(e),
+                Err(_) => {}
+            }
         }
         let mut request = encode(family, message, NLM_F_REQUEST | NLM_F_DUMP);
         request.header.sequence_number = 1;
@@ -121,15 +128,20 @@ impl PacedDump {
                     return Err(Error::ConnectionClosed);
                 }
             }
-            let message = NetlinkMessage::<RawMessage>::deserialize(&s.datagram[s.at..])?;
-            let length = message.header.length as usize;
-            if length == 0 {
-                return Err(Error::UnexpectedReply(
-                    "a dump's message of length 0".into(),
-                ));
-            }
+            let message = match NetlinkMessage::<RawMessage>::deserialize(&s.datagram[s.at..]) {
+                Ok(m) if m.header.length > 0 => m,
+                // The rest of the datagram cannot be split into messages: skipped, so that
+                // the dump goes on with the next datagram.
+                garbled => {
+                    s.at = s.datagram.len();
+                    return Err(match garbled {
+                        Ok(_) => Error::UnexpectedReply("a dump's message of length 0".into()),
+                        Err(e) => e.into(),
+                    });
+                }
+            };
             // Messages in a datagram are aligned to 4 bytes.
-            s.at += length.next_multiple_of(4);
+            s.at += (message.header.length as usize).next_multiple_of(4);
             match message.payload {
                 NetlinkPayload::InnerMessage(raw) => {
                     return Ok(Some(IpvsMessage::parse_genl(&raw.payload)?));
