@@ -77,6 +77,45 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// One kind's row: `STEM.json` decoded into `K`'s list, `STEM.pb` into `P` (whose items
+/// `count` counts), and the decoded objects through the agent's conversion `converts`.
+fn measure<K, P>(
+    dir: &Path,
+    (kind, stem): (&'static str, &str),
+    reps: usize,
+    count: fn(&P) -> usize,
+    converts: fn(&K) -> bool,
+) -> Row
+where
+    K: k8s_openapi::ListableResource + serde::de::DeserializeOwned,
+    P: Message + Default,
+{
+    let json = read(dir, &format!("{stem}.json"));
+    let pb = read(dir, &format!("{stem}.pb"));
+    let (t_json, list) = median(reps, || {
+        serde_json::from_slice::<List<K>>(&json)
+            .unwrap_or_else(|e| panic!("{stem}.json: a {kind} list: {e}"))
+    });
+    let (t_pb, n_pb) = median(reps, || {
+        let raw = unwrap_envelope(&pb).raw.unwrap_or_default();
+        count(
+            &P::decode(raw.as_slice()).unwrap_or_else(|e| panic!("{stem}.pb: a {kind} list: {e}")),
+        )
+    });
+    let (t_conv, converted) = median(reps, || list.items.iter().filter(|o| converts(o)).count());
+    assert_eq!(n_pb, list.items.len(), "both encodings hold the same list");
+    Row {
+        kind,
+        objects: list.items.len(),
+        converted,
+        json_bytes: json.len(),
+        pb_bytes: pb.len(),
+        json: t_json,
+        pb: t_pb,
+        convert: t_conv,
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(dir) = args.get(1).map(Path::new) else {
@@ -85,75 +124,22 @@ fn main() {
     };
     let reps: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
 
-    let json = read(dir, "services.json");
-    let pb = read(dir, "services.pb");
-    let (t_json, services) = median(reps, || {
-        serde_json::from_slice::<List<Service>>(&json).expect("a ServiceList in JSON")
-    });
-    let (t_pb, n_pb) = median(reps, || {
-        let raw = unwrap_envelope(&pb).raw.unwrap_or_default();
-        k8s_pb::api::core::v1::ServiceList::decode(raw.as_slice())
-            .expect("a ServiceList in protobuf")
-            .items
-            .len()
-    });
-    let (t_conv, converted) = median(reps, || {
-        services
-            .items
-            .iter()
-            .filter(|s| convert::service(s).is_ok_and(|s| s.is_some()))
-            .count()
-    });
-    assert_eq!(
-        n_pb,
-        services.items.len(),
-        "both encodings hold the same list"
-    );
-    let mut rows = vec![Row {
-        kind: "Service",
-        objects: services.items.len(),
-        converted,
-        json_bytes: json.len(),
-        pb_bytes: pb.len(),
-        json: t_json,
-        pb: t_pb,
-        convert: t_conv,
-    }];
-
-    let json = read(dir, "slices.json");
-    let pb = read(dir, "slices.pb");
-    let (t_json, slices) = median(reps, || {
-        serde_json::from_slice::<List<EndpointSlice>>(&json).expect("an EndpointSliceList")
-    });
-    let (t_pb, n_pb) = median(reps, || {
-        let raw = unwrap_envelope(&pb).raw.unwrap_or_default();
-        k8s_pb::api::discovery::v1::EndpointSliceList::decode(raw.as_slice())
-            .expect("an EndpointSliceList in protobuf")
-            .items
-            .len()
-    });
-    let (t_conv, converted) = median(reps, || {
-        slices
-            .items
-            .iter()
-            .filter(|s| convert::endpoint_slice(s).is_ok_and(|s| s.is_some()))
-            .count()
-    });
-    assert_eq!(
-        n_pb,
-        slices.items.len(),
-        "both encodings hold the same list"
-    );
-    rows.push(Row {
-        kind: "EndpointSlice",
-        objects: slices.items.len(),
-        converted,
-        json_bytes: json.len(),
-        pb_bytes: pb.len(),
-        json: t_json,
-        pb: t_pb,
-        convert: t_conv,
-    });
+    let rows = [
+        measure::<Service, k8s_pb::api::core::v1::ServiceList>(
+            dir,
+            ("Service", "services"),
+            reps,
+            |l| l.items.len(),
+            |s| convert::service(s).is_ok_and(|s| s.is_some()),
+        ),
+        measure::<EndpointSlice, k8s_pb::api::discovery::v1::EndpointSliceList>(
+            dir,
+            ("EndpointSlice", "slices"),
+            reps,
+            |l| l.items.len(),
+            |s| convert::endpoint_slice(s).is_ok_and(|s| s.is_some()),
+        ),
+    ];
 
     println!(
         "| kind | objects (converted) | JSON bytes | protobuf bytes | JSON decode ms | protobuf decode ms | protobuf / JSON | conversion ms |"
