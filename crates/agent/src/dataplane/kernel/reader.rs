@@ -48,21 +48,35 @@ impl Reader {
         dumpers: &[ipvs_netlink::Handle],
         part: Option<&Part>,
     ) -> Result<Found, Error> {
-        let t = Instant::now();
-        let (services, unread, traffic) =
-            ipvs::observe_services(ipvs, dumpers, part, self.traffic).await?;
-        debug!(services = services.len(), unread = unread.len(), elapsed = ?t.elapsed(), "observed IPVS");
-        let t = Instant::now();
-        let sets = sets::observe_sets(self.families.clone()).await?;
-        debug!(elapsed = ?t.elapsed(), "observed sets");
-        let mut rules = Vec::with_capacity(self.families.len());
-        for family in self.families {
-            let backend = self.backend;
-            let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
-            rules.push((family, seen));
-        }
-        let keys = self.sysctl_keys;
-        let sysctls = blocking("sysctl", move || sysctl::read(&keys)).await?;
+        // IPVS on the agent's netlink sockets, the rest on the blocking pool: the two reads
+        // take different kernel locks, so they overlap (a no-op full resync's read at 50,000
+        // is mostly IPVS's real servers and the sets).
+        let Reader {
+            families,
+            backend,
+            sysctl_keys,
+            traffic,
+        } = self;
+        let ipvs_read = async {
+            let t = Instant::now();
+            let read = ipvs::observe_services(ipvs, dumpers, part, traffic).await?;
+            debug!(services = read.0.len(), unread = read.1.len(), elapsed = ?t.elapsed(), "observed IPVS");
+            Ok::<_, Error>(read)
+        };
+        let rest = async move {
+            let t = Instant::now();
+            let sets = sets::observe_sets(families.clone()).await?;
+            debug!(elapsed = ?t.elapsed(), "observed sets");
+            let mut rules = Vec::with_capacity(families.len());
+            for family in families {
+                let seen = blocking("iptables", move || iptables::read(backend, family)).await??;
+                rules.push((family, seen));
+            }
+            let sysctls = blocking("sysctl", move || sysctl::read(&sysctl_keys)).await?;
+            Ok::<_, Error>((sets, rules, sysctls))
+        };
+        let ((services, unread, traffic), (sets, rules, sysctls)) =
+            futures::try_join!(ipvs_read, rest)?;
         Ok(Found {
             services,
             traffic,
