@@ -44,6 +44,7 @@ use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired, sysctls
 use kube_proxy_ipvs_agent::model::kernel::rolling::{Part, READ_SHARE};
 use kube_proxy_ipvs_agent::model::kernel::{KernelState, LINK_NAME, SetKind, VsKey};
 use kube_proxy_ipvs_agent::model::plan::{Op, Plan, plan};
+use kube_proxy_ipvs_agent::model::snapshot::changes::Changes;
 use kube_proxy_ipvs_agent::model::snapshot::cluster::{
     Cluster, Endpoint, EndpointPort, EndpointSlice, Family, Node, Protocol, Service, ServicePort,
     ServiceRef, ServiceType, SliceRef, TrafficPolicy,
@@ -671,8 +672,7 @@ fn pure(n: usize, changes: usize, alone_only: bool) {
     let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
     let (mut alone, mut whole) = (Vec::new(), Vec::new());
     for c in 0..changes {
-        let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
-        let changed = BTreeSet::from([id]);
+        let changed = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
         let t = Instant::now();
         let r = if alone_only || c % 2 == 0 {
             rt.block_on(syncer.sync_changed(&cluster, &changed))
@@ -713,12 +713,14 @@ fn pass(n: usize, passes: usize) {
     let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
     let (mut kept, mut built) = (Vec::new(), Vec::new());
     for c in 0..passes {
-        change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
+        let changed = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
         if c % 2 == 1 {
             syncer.build_next();
         }
         let t = Instant::now();
-        let r = rt.block_on(syncer.sync(&cluster, true)).expect("pass");
+        let r = rt
+            .block_on(syncer.sync_with(&cluster, true, &changed))
+            .expect("pass");
         let took = t.elapsed().as_secs_f64();
         assert!(r.applied.failed.is_empty() && r.warnings.is_empty());
         if c % 2 == 1 { &mut built } else { &mut kept }.push(took);
@@ -733,17 +735,18 @@ fn pass(n: usize, passes: usize) {
 }
 
 /// Change `c` of a run: one endpoint of one slice (spread over the cluster, never the API
-/// server's) moves to an address in `base`'s /16. Returns the slice's Service.
-fn change_endpoint(
-    cluster: &mut Cluster,
-    keys: &[SliceRef],
-    c: usize,
-    base: [u8; 4],
-) -> ServiceRef {
+/// server's) moves to an address in `base`'s /16. Returns the change as the API source
+/// records it from the event: the slice as it was.
+fn change_endpoint(cluster: &mut Cluster, keys: &[SliceRef], c: usize, base: [u8; 4]) -> Changes {
     let k = &keys[1 + (c * 7919) % (keys.len() - 1).max(1)];
-    let slice = Arc::make_mut(cluster.slices.get_mut(k).expect("a slice of the run"));
+    let old = cluster.slices.get(k).expect("a slice of the run").clone();
+    let mut slice = (*old).clone();
     slice.endpoints[c % E] = endpoint(v4(base, c as u32));
-    slice.service.clone()
+    let new = Arc::new(slice);
+    cluster.slices.insert(k.clone(), new.clone());
+    let mut changes = Changes::default();
+    changes.slice(k, Some(&old), Some(&new));
+    changes
 }
 
 /// Prints the three slowest of `times` (seconds, in the order of the changes) with their
@@ -759,21 +762,19 @@ fn slowest(what: &str, n: usize, times: &[f64]) {
     eprintln!("bench: N={n}: {what}: slowest changes {}", top.join(", "));
 }
 
-/// `scale snapshot N CHANGES`, on any host: what the source and the sync loop pay per change
-/// for the cluster snapshot itself, outside the sync: the next snapshot made from the last
-/// with one slice changed, the Services that changed between them (`changed_services`), and
-/// the last snapshot dropped. Prints the median and p99 of the three together.
+/// `scale snapshot N CHANGES`, on any host: what the source pays per change for the cluster
+/// snapshot itself, outside the sync: the next snapshot made from the last with one slice
+/// changed, the change recorded ([`Changes`]), and the last snapshot dropped. Prints the
+/// median and p99 of the three together.
 fn snapshot(n: usize, changes: usize) {
-    use kube_proxy_ipvs_agent::model::snapshot::cluster::changed_services;
     let mut last = cluster(n);
     let keys: Vec<SliceRef> = last.slices.keys().cloned().collect();
     let mut times = Vec::new();
     for c in 0..changes {
         let t = Instant::now();
         let mut next = last.clone();
-        change_endpoint(&mut next, &keys, c, [10, 64, 0, 0]);
-        let changed = changed_services(&last, &next).expect("the same Node");
-        assert_eq!(changed.len(), 1);
+        let changed = change_endpoint(&mut next, &keys, c, [10, 64, 0, 0]);
+        assert_eq!(changed.services().len(), 1);
         drop(std::mem::replace(&mut last, next));
         times.push(t.elapsed().as_secs_f64());
     }
@@ -858,8 +859,7 @@ fn heap(n: usize, cold_only: bool) {
     if !cold_only {
         let keys: Vec<SliceRef> = cluster.slices.keys().cloned().collect();
         for c in 0..20 {
-            let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
-            let changed = BTreeSet::from([id]);
+            let changed = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
             rt.block_on(syncer.sync_changed(&cluster, &changed))
                 .expect("change");
         }
@@ -1085,8 +1085,7 @@ fn agent_child(n: usize, changes: usize) {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let host = host();
     for c in 0..changes {
-        let id = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
-        let changed = BTreeSet::from([id]);
+        let changed = change_endpoint(&mut cluster, &keys, c, [10, 64, 0, 0]);
         // As the sync loop does: the Services that changed since the last sync are known.
         let t = Instant::now();
         let r = rt
@@ -1121,14 +1120,20 @@ fn agent_child(n: usize, changes: usize) {
     // No-op full resyncs (the kernel read back, nothing to change).
     // One full sync first: it deletes the real servers the changes left draining (weight 0,
     // no connections), so the timed ones change nothing.
-    let _ = rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+    // As the loop's periodic pass: nothing changed since the last sync.
+    let nothing = Changes::default();
+    let _ = rt
+        .block_on(syncer.sync_with(&cluster, true, &nothing))
+        .expect("resync");
     // The whole read, as the dump tools read everything.
     syncer.set_read_share(usize::MAX);
     let mut noop = Vec::new();
     let mut noop_ops = 0;
     for _ in 0..3 {
         let t = Instant::now();
-        let r = rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+        let r = rt
+            .block_on(syncer.sync_with(&cluster, true, &nothing))
+            .expect("resync");
         noop.push(t.elapsed().as_secs_f64());
         if r.ops() > 0 {
             eprintln!("bench: a no-op resync planned {:?}", r.op_counts);
@@ -1142,7 +1147,8 @@ fn agent_child(n: usize, changes: usize) {
     let mut share = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        rt.block_on(syncer.sync(&cluster, true)).expect("resync");
+        rt.block_on(syncer.sync_with(&cluster, true, &nothing))
+            .expect("resync");
         share.push(t.elapsed().as_secs_f64());
     }
     let share = median(&mut share);
@@ -1193,8 +1199,8 @@ fn periodic_passes(
     );
     drop(listed);
     for p in 0..passes {
-        let id = change_endpoint(cluster, keys, p, [10, 64, 0, 0]);
-        rt.block_on(syncer.sync_changed(cluster, &BTreeSet::from([id])))
+        let changed = change_endpoint(cluster, keys, p, [10, 64, 0, 0]);
+        rt.block_on(syncer.sync_changed(cluster, &changed))
             .expect("change");
         let (before, _) = heap_mib();
         let t = Instant::now();
@@ -1203,7 +1209,9 @@ fn periodic_passes(
             syncer.read_end().await;
         });
         let (read, read_peak) = heap_mib();
-        let r = rt.block_on(syncer.sync(cluster, true)).expect("pass");
+        let r = rt
+            .block_on(syncer.sync_with(cluster, true, &Changes::default()))
+            .expect("pass");
         assert!(r.applied.failed.is_empty(), "{:?}", r.applied.failed);
         drop(r);
         if std::env::var_os("SCALE_TRIM").is_some() {
@@ -1289,8 +1297,7 @@ fn estimation_phases(
         set(on);
         let (mut times, mut kernel) = (Vec::new(), Vec::new());
         for _ in 0..changes {
-            let id = change_endpoint(cluster, keys, c, [10, 64, 0, 0]);
-            let changed = BTreeSet::from([id]);
+            let changed = change_endpoint(cluster, keys, c, [10, 64, 0, 0]);
             let t = Instant::now();
             let r = rt
                 .block_on(syncer.sync_changed(cluster, &changed))

@@ -46,7 +46,7 @@ async fn main() {
     let snapshot = loop {
         rx.changed().await.expect("the source runs");
         if let Some(c) = rx.borrow_and_update().clone() {
-            break c;
+            break c.cluster;
         }
     };
     println!(

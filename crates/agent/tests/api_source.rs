@@ -14,6 +14,7 @@ use fake_apiserver::{FakeApiServer, Resource};
 use kube_proxy_ipvs_agent::model::desired::{Host, LocalAddress, desired};
 use kube_proxy_ipvs_agent::model::kernel::KernelState;
 use kube_proxy_ipvs_agent::model::plan::plan;
+use kube_proxy_ipvs_agent::model::snapshot::changes::{Changes, Published};
 use kube_proxy_ipvs_agent::model::snapshot::cluster::{Cluster, ServiceRef};
 use kube_proxy_ipvs_agent::model::snapshot::config::ProxyConfig;
 use kube_proxy_ipvs_agent::source::api::{
@@ -27,8 +28,8 @@ const WAIT: Duration = Duration::from_secs(15);
 
 /// The source under test, with every snapshot it published.
 struct Agent {
-    snapshots: watch::Receiver<Option<Arc<Cluster>>>,
-    published: Arc<Mutex<Vec<Arc<Cluster>>>>,
+    snapshots: watch::Receiver<Option<Published>>,
+    published: Arc<Mutex<Vec<Published>>>,
     source: JoinHandle<Result<(), api::Error>>,
     recorder: JoinHandle<()>,
 }
@@ -74,9 +75,9 @@ impl Agent {
         let found = tokio::time::timeout(WAIT, async {
             loop {
                 if let Some(c) = self.snapshots.borrow_and_update().clone()
-                    && ok(&c)
+                    && ok(&c.cluster)
                 {
-                    return c;
+                    return c.cluster;
                 }
                 self.snapshots
                     .changed()
@@ -95,7 +96,55 @@ impl Agent {
     }
 
     fn published(&self) -> Vec<Arc<Cluster>> {
+        self.published
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.cluster.clone())
+            .collect()
+    }
+
+    /// The snapshots published, with the changes each says it holds.
+    fn published_with_changes(&self) -> Vec<Published> {
         self.published.lock().unwrap().clone()
+    }
+}
+
+/// Every snapshot published says what changed since the one before it as a diff of the two
+/// finds it (or more: a change undone between two snapshots is named too), with each
+/// changed object as the snapshot before held it: what the sync takes out of its state.
+fn assert_told_what_changed(agent: &Agent) {
+    let published = agent.published_with_changes();
+    for pair in published.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        let told = after
+            .changes_since(before.generation())
+            .expect("the log reaches one snapshot back");
+        let diff = Changes::between(&before.cluster, &after.cluster);
+        assert!(
+            diff.services().is_subset(told.services()),
+            "told {:?}, the diff finds {:?}",
+            told.services(),
+            diff.services()
+        );
+        assert!(
+            !diff.node_changed() || told.node_changed(),
+            "the Node changed"
+        );
+        let services = told.services();
+        for id in services {
+            assert_eq!(
+                told.old_service(id, &after.cluster),
+                before.cluster.services.get(id),
+                "{id} as it was"
+            );
+        }
+        let now = after.cluster.slices_of_services(services);
+        let old = told.old_slices(&now);
+        let was = before.cluster.slices_of_services(services);
+        for id in services {
+            assert_eq!(old.of(id), was.of(id), "{id}'s slices as they were");
+        }
     }
 }
 
@@ -413,6 +462,8 @@ async fn gone_relists_and_converges_without_publishing_a_partial_snapshot() {
             "delete service 10.96.1.1:80/tcp",
         ]
     );
+    // The relist's changes are told too, by one diff of the list it replaced.
+    assert_told_what_changed(&agent);
 }
 
 #[tokio::test]
@@ -528,6 +579,56 @@ async fn a_burst_of_events_is_coalesced() {
         published <= 4,
         "40 events made {published} snapshots (initial included)"
     );
+    assert_told_what_changed(&agent);
+}
+
+#[tokio::test]
+async fn each_snapshot_says_what_changed_since_the_one_before() {
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    server.apply(service("api", "10.96.0.11", &[80]));
+    let mut agent = Agent::of(&server);
+    agent.until("with api", has_service("api")).await;
+    // web's slice is relabelled to api; then to a Service that does not exist yet, which
+    // is made; web is deleted while its slices stay, and made again; the Node moves.
+    let relabelled = |to: &str| {
+        label(
+            slice("web", "abc", 8080, &[("10.244.0.2", NODE)]),
+            "kubernetes.io/service-name",
+            to,
+        )
+    };
+    server.apply(relabelled("api"));
+    agent
+        .until("web's slice under api", |c| endpoints(c, "api").len() == 1)
+        .await;
+    server.apply(relabelled("later"));
+    agent
+        .until("api without it", |c| endpoints(c, "api").is_empty())
+        .await;
+    server.apply(service("later", "10.96.0.12", &[80]));
+    agent.until("later made", has_service("later")).await;
+    server.delete(Resource::Services, "default", "web");
+    agent.until("web gone", |c| !has_service("web")(c)).await;
+    server.apply(service("web", "10.96.0.10", &[80]));
+    agent.until("web again", has_service("web")).await;
+    server.apply(node(NODE, "192.168.1.20", "10.244.0.0/24"));
+    agent
+        .until("the Node moved", |c| {
+            c.node
+                .as_ref()
+                .is_some_and(|n| n.addresses.iter().any(|a| a.to_string() == "192.168.1.20"))
+        })
+        .await;
+    let published = agent.published_with_changes();
+    assert!(published.len() >= 7, "{} snapshots", published.len());
+    let last = published.last().unwrap();
+    assert!(
+        last.changes_since(last.generation() - 1)
+            .unwrap()
+            .node_changed()
+    );
+    assert_told_what_changed(&agent);
 }
 
 #[tokio::test]

@@ -75,7 +75,10 @@ impl Follower {
             let current = addresses.borrow_and_update().clone();
             if let Some(current) = current {
                 self.servers.set_addresses(current);
-                let cluster = changes.borrow_and_update().clone();
+                let cluster = changes
+                    .borrow_and_update()
+                    .as_ref()
+                    .map(|p| p.cluster.clone());
                 self.sync(cluster.as_deref());
             }
             // A port that failed is tried again at the sync period, as kube-proxy's syncs

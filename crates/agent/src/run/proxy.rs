@@ -18,7 +18,7 @@ use crate::dataplane::kernel::Kernel;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::model::desired::HealthCheckAddresses;
-use crate::model::snapshot::cluster::Cluster;
+use crate::model::snapshot::changes::Published;
 use crate::model::snapshot::config::ProxyConfig;
 use crate::source::api;
 use crate::sync::{self, Blocked, Periods, Report, Syncer};
@@ -201,39 +201,34 @@ async fn follow_node_eligibility(
 }
 
 /// Every new snapshot is a queued update for /healthz and the metrics, with its Service and
-/// EndpointSlice changes counted (pending until the next sync records its report).
+/// EndpointSlice changes counted as the source recorded them (pending until the next sync
+/// records its report): the objects that changed since the last snapshot seen, the whole
+/// cluster for the first one, none when the source's log no longer reaches back.
 async fn count_changes_seen(mut changes: Snapshots, health: Health, metrics: Arc<Metrics>) {
-    let mut previous = changes.borrow_and_update().clone();
+    let mut seen = changes
+        .borrow_and_update()
+        .as_ref()
+        .map(Published::generation);
     while changes.changed().await.is_ok() {
-        let current = changes.borrow_and_update().clone();
-        let (services, slices) = count_changes(previous.as_deref(), current.as_deref());
-        previous = current;
+        let Some(current) = changes.borrow_and_update().clone() else {
+            continue;
+        };
+        let (services, slices) = count_changes(seen, &current);
+        seen = Some(current.generation());
         metrics.changes_seen(services, slices);
         health.queued_update();
         metrics.queued(SystemTime::now());
     }
 }
 
-/// How many Services and EndpointSlices differ between two snapshots.
-fn count_changes(before: Option<&Cluster>, after: Option<&Cluster>) -> (u64, u64) {
-    use crate::model::snapshot::cluster::ObjectMap;
-    fn diff<K: Ord + Clone, V: PartialEq>(
-        a: Option<&ObjectMap<K, V>>,
-        b: Option<&ObjectMap<K, V>>,
-    ) -> u64 {
-        let empty = ObjectMap::new();
-        let mut n = 0;
-        crate::model::snapshot::cluster::each_difference(
-            a.unwrap_or(&empty),
-            b.unwrap_or(&empty),
-            |_, _| n += 1,
-        );
-        n
-    }
-    (
-        diff(before.map(|c| &c.services), after.map(|c| &c.services)),
-        diff(before.map(|c| &c.slices), after.map(|c| &c.slices)),
-    )
+/// How many Services and EndpointSlices changed into `current` since the snapshot of
+/// generation `seen` (`None`: every object of the first snapshot is new).
+fn count_changes(seen: Option<u64>, current: &Published) -> (u64, u64) {
+    let (services, slices) = match seen {
+        None => (current.cluster.services.len(), current.cluster.slices.len()),
+        Some(g) => current.changes_since(g).map_or((0, 0), |c| c.objects()),
+    };
+    (services as u64, slices as u64)
 }
 
 /// kube-proxy exits when its configuration file changes, so that its DaemonSet restarts it
@@ -252,7 +247,10 @@ async fn exit_on_config_change(path: PathBuf) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::count_changes;
+    use crate::model::snapshot::changes::{Changes, Published};
     use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, ServiceRef, SliceRef};
 
     fn slice(name: &str, port: u16) -> EndpointSlice {
@@ -273,26 +271,23 @@ mod tests {
     #[test]
     fn changes_count_added_modified_and_removed_objects() {
         let mut a = Cluster::default();
-        a.slices.insert(
-            SliceRef::new("default", "a"),
-            std::sync::Arc::new(slice("a", 80)),
-        );
-        a.slices.insert(
-            SliceRef::new("default", "b"),
-            std::sync::Arc::new(slice("b", 80)),
-        );
+        a.slices
+            .insert(SliceRef::new("default", "a"), Arc::new(slice("a", 80)));
+        a.slices
+            .insert(SliceRef::new("default", "b"), Arc::new(slice("b", 80)));
         let mut b = a.clone();
-        b.slices.insert(
-            SliceRef::new("default", "a"),
-            std::sync::Arc::new(slice("a", 81)),
-        ); // modified
+        b.slices
+            .insert(SliceRef::new("default", "a"), Arc::new(slice("a", 81))); // modified
         b.slices.remove(&SliceRef::new("default", "b")); // removed
-        b.slices.insert(
-            SliceRef::new("default", "c"),
-            std::sync::Arc::new(slice("c", 80)),
-        ); // added
-        assert_eq!(count_changes(Some(&a), Some(&b)), (0, 3));
-        assert_eq!(count_changes(None, Some(&a)), (0, 2));
-        assert_eq!(count_changes(Some(&a), Some(&a)), (0, 0));
+        b.slices
+            .insert(SliceRef::new("default", "c"), Arc::new(slice("c", 80))); // added
+        let first = Published::first(Arc::new(a.clone()));
+        let second = first.next(Arc::new(b.clone()), Changes::between(&a, &b));
+        assert_eq!(count_changes(Some(1), &second), (0, 3));
+        assert_eq!(count_changes(None, &first), (0, 2));
+        assert_eq!(count_changes(Some(1), &first), (0, 0));
+        // A reader that skipped a snapshot counts what changed since the one it saw.
+        let third = second.next(Arc::new(a.clone()), Changes::between(&b, &a));
+        assert_eq!(count_changes(Some(1), &third), (0, 3));
     }
 }

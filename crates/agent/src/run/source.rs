@@ -11,11 +11,13 @@ use tracing::{info, warn};
 
 use super::tasks::Tasks;
 use crate::cli::Settings;
+use crate::model::snapshot::changes::{Changes, Published};
 use crate::model::snapshot::cluster::Cluster;
 use crate::source::{api, manifests};
 
-/// Snapshots of the cluster: `None` until the source has listed everything once.
-pub type Snapshots = watch::Receiver<Option<Arc<Cluster>>>;
+/// Snapshots of the cluster, each with what changed into it: `None` until the source has
+/// listed everything once.
+pub type Snapshots = watch::Receiver<Option<Published>>;
 
 /// Where the cluster comes from: manifests, or the API server (which also tells the Node's
 /// lifecycle and takes the agent's events).
@@ -85,15 +87,16 @@ pub async fn first_snapshot(snapshots: &mut Snapshots) -> anyhow::Result<Arc<Clu
         .await
         .map_err(|_| anyhow::anyhow!("the source stopped before its first list"))?;
     match first.clone() {
-        Some(c) => Ok(c),
+        Some(p) => Ok(p.cluster),
         None => bail!("the source gave no snapshot"),
     }
 }
 
-/// Loads the manifests once and, on `tasks`, reloads them whenever the path changes.
+/// Loads the manifests once and, on `tasks`, reloads them whenever the path changes; what
+/// changed is one diff of the two loads.
 fn manifest_source(path: PathBuf, node: String, tasks: &Tasks) -> anyhow::Result<Snapshots> {
-    let first = load(&path, &node)?;
-    let (tx, rx) = watch::channel(Some(Arc::new(first)));
+    let first = Published::first(Arc::new(load(&path, &node)?));
+    let (tx, rx) = watch::channel(Some(first.clone()));
     let (changed_tx, mut changes) = tokio::sync::mpsc::channel(1);
     tasks.spawn(manifests::watch(
         path.clone(),
@@ -101,10 +104,16 @@ fn manifest_source(path: PathBuf, node: String, tasks: &Tasks) -> anyhow::Result
         changed_tx,
     ));
     tasks.spawn(async move {
+        let mut last = first;
         while changes.recv().await.is_some() {
             match load(&path, &node) {
                 Ok(c) => {
-                    let _ = tx.send(Some(Arc::new(c)));
+                    let changed = Changes::between(&last.cluster, &c);
+                    if changed.is_empty() {
+                        continue;
+                    }
+                    last = last.next(Arc::new(c), changed);
+                    let _ = tx.send(Some(last.clone()));
                 }
                 Err(e) => warn!(error = %e, "manifests not reloaded"),
             }

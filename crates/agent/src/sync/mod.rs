@@ -18,7 +18,7 @@
 //! idle; when a drain's bound is near, or a read failed, the loop makes the next full sync
 //! come sooner than the period.
 //!
-//! One sync ([`Syncer::sync`], [`Syncer::sync_changed`]) reads, computes (one call into the
+//! One sync ([`Syncer::sync_with`], [`Syncer::sync`]) reads, computes (one call into the
 //! model, [`Incremental::advance`]), plans, applies, records and reports. The parts:
 //! - `full_read`: the kernel read of a full sync, whole, a periodic pass's share, or made
 //!   apart (`reading`) and taken in;
@@ -66,7 +66,8 @@ use crate::model::kernel::rolling::READ_SHARE;
 use crate::model::plan::drain::Draining;
 use crate::model::plan::op_kind;
 use crate::model::plan::{Op, Plan};
-use crate::model::snapshot::cluster::{Cluster, ServiceRef};
+use crate::model::snapshot::changes::Changes;
+use crate::model::snapshot::cluster::Cluster;
 use crate::model::snapshot::config::ProxyConfig;
 use connections::Connections;
 use draining::LosingRead;
@@ -196,24 +197,35 @@ impl<D: Dataplane> Syncer<D> {
         self.shadow.as_ref()
     }
 
-    /// One sync of `cluster`, its desired state computed whole. With `full`, or when the last
-    /// apply had failures, the kernel is read first (or, after [`Syncer::start_read`], what
-    /// the read apart found is taken in, waiting for it if it runs still).
+    /// One sync of `cluster`, without knowing what changed since the last one: the desired
+    /// state is built whole. With `full`, or when the last apply had failures, the kernel is
+    /// read first (or, after [`Syncer::start_read`], what the read apart found is taken in,
+    /// waiting for it if it runs still).
     pub async fn sync(&mut self, cluster: &Cluster, full: bool) -> Result<Report, Error> {
         self.sync_inner(cluster, full, None).await
     }
 
-    /// One sync of `cluster` when only the Services `changed` (their objects or their
-    /// EndpointSlices) differ from the cluster of the last sync: their part of the desired
-    /// state is recomputed and planned, and the rest is not looked at. Falls back to a whole
-    /// sync when that cannot be done (the first sync, a failure before, the Node changed, a
-    /// virtual server two Services want).
+    /// One sync of `cluster`, into which `changes` changed the snapshot of the last sync (as
+    /// the source recorded it): what the sync loop does. The desired state is brought up to
+    /// date by the changed Services; unless `full`, only their part is planned and the rest
+    /// is not looked at. Falls back to the whole state when that cannot be done (the first
+    /// sync, a failure before, the Node changed, a virtual server two Services want).
+    pub async fn sync_with(
+        &mut self,
+        cluster: &Cluster,
+        full: bool,
+        changes: &Changes,
+    ) -> Result<Report, Error> {
+        self.sync_inner(cluster, full, Some(changes)).await
+    }
+
+    /// [`Syncer::sync_with`] of a sync of changes (not full).
     pub async fn sync_changed(
         &mut self,
         cluster: &Cluster,
-        changed: &BTreeSet<ServiceRef>,
+        changes: &Changes,
     ) -> Result<Report, Error> {
-        self.sync_inner(cluster, false, Some(changed)).await
+        self.sync_with(cluster, false, changes).await
     }
 
     /// One sync, in its steps: read, compute, plan, apply, record, report.
@@ -221,8 +233,10 @@ impl<D: Dataplane> Syncer<D> {
         &mut self,
         cluster: &Cluster,
         full: bool,
-        changed: Option<&BTreeSet<ServiceRef>>,
+        changes: Option<&Changes>,
     ) -> Result<Report, Error> {
+        // Before anything can fail: a sync that ends early leaves its changes to the next.
+        self.incremental.note(changes);
         let started = std::time::Instant::now();
         // The loop's clock, which tests can pause.
         let now = Instant::now().into_std();
@@ -239,7 +253,6 @@ impl<D: Dataplane> Syncer<D> {
         // Compute: the desired state, and all the sync derives from the snapshot, at once.
         let host = &self.shadow.as_ref().expect("observed above").host;
         let pass = Pass {
-            changed,
             full,
             settled: self.settled,
         };

@@ -1,7 +1,6 @@
 //! The loop that runs syncs: when the next one runs, whether it reads the kernel or takes
 //! the changed Services alone, and what follows a failure.
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -12,11 +11,12 @@ use tracing::{debug, info, warn};
 use super::failures::{self, Backoff, Blocked, FailureLog, Failures, SyncError, cannot_program};
 use super::{Periods, Report, Syncer};
 use crate::dataplane::{Dataplane, Error};
-use crate::model::snapshot::cluster::{Cluster, changed_services};
+use crate::model::snapshot::changes::Published;
 
 /// Runs until `shutdown` resolves: syncs whenever `snapshots` changes (debounced by
-/// `min_sync`) and fully every `sync` period. `snapshots` holds `None` until the source has
-/// listed everything once.
+/// `min_sync`) and fully every `sync` period, handing each sync what changed since the
+/// snapshot of the last one as the source recorded it. `snapshots` holds `None` until the
+/// source has listed everything once.
 ///
 /// When the kernel refuses something, the loop reads it again and retries with exponential
 /// backoff (from `min_sync`, at least 1 s, up to the sync period); each distinct failure is
@@ -25,7 +25,7 @@ use crate::model::snapshot::cluster::{Cluster, changed_services};
 /// that something could (`None`).
 pub async fn run<D: Dataplane>(
     syncer: &mut Syncer<D>,
-    mut snapshots: watch::Receiver<Option<Arc<Cluster>>>,
+    mut snapshots: watch::Receiver<Option<Published>>,
     periods: Periods,
     shutdown: impl Future<Output = ()>,
     mut on_report: impl FnMut(&Report),
@@ -37,13 +37,13 @@ pub async fn run<D: Dataplane>(
         if !pacing.wake(syncer, &mut snapshots, &mut shutdown).await {
             return;
         }
-        let Some(cluster) = snapshots.borrow_and_update().clone() else {
+        let Some(snapshot) = snapshots.borrow_and_update().clone() else {
             debug!("waiting for the source's first complete snapshot");
             pacing.wait = true;
             pacing.next_full = Instant::now() + periods.sync;
             continue;
         };
-        let Some((full, result)) = pacing.sync(syncer, cluster).await else {
+        let Some((full, result)) = pacing.sync(syncer, snapshot).await else {
             continue;
         };
         let (failed, blocked) = match result {
@@ -80,8 +80,8 @@ struct Pacing {
     /// Whether the pass waits for a change or the full-sync timer: the first pass syncs at
     /// once, later ones wait.
     wait: bool,
-    /// The snapshot of the last sync.
-    previous: Option<Arc<Cluster>>,
+    /// The generation of the snapshot of the last sync.
+    seen: Option<u64>,
     /// Whether the last pass failed: its retry reads the kernel itself, whole.
     failing: bool,
 }
@@ -96,7 +96,7 @@ impl Pacing {
             failure_log: FailureLog::default(),
             last_blocked: None,
             wait: false,
-            previous: None,
+            seen: None,
             failing: false,
         }
     }
@@ -107,7 +107,7 @@ impl Pacing {
     async fn wake<D: Dataplane>(
         &mut self,
         syncer: &mut Syncer<D>,
-        snapshots: &mut watch::Receiver<Option<Arc<Cluster>>>,
+        snapshots: &mut watch::Receiver<Option<Published>>,
         shutdown: &mut Pin<&mut impl Future<Output = ()>>,
     ) -> bool {
         if self.wait {
@@ -137,44 +137,40 @@ impl Pacing {
         true
     }
 
-    /// Syncs `cluster`: fully when due (a periodic pass reads the kernel apart, and runs
-    /// once the read ends) or when the Node changed, else the Services that changed since
-    /// the last snapshot. Returns
-    /// whether the sync was full and what it did; `None` when there was nothing to sync.
+    /// Syncs `snapshot`: fully when due (a periodic pass reads the kernel apart, and runs
+    /// once the read ends) or when the Node changed, else the Services that changed since the
+    /// snapshot of the last sync. Returns whether the sync was full and what it did; `None`
+    /// when there was nothing to sync.
     async fn sync<D: Dataplane>(
         &mut self,
         syncer: &mut Syncer<D>,
-        cluster: Arc<Cluster>,
+        snapshot: Published,
     ) -> Option<(bool, Result<Report, Error>)> {
         // The changes that come while a read runs apart sync at once against the shadow (a
         // read at scale takes seconds).
         let due = Instant::now() >= self.next_full && !syncer.reading();
         let started = due && !self.failing && syncer.start_read();
+        // What changed since the last sync, as the source recorded it; `None` before the
+        // first sync, or when the source's log no longer reaches back (then the desired state
+        // is built whole).
+        let changes = self.seen.and_then(|g| snapshot.changes_since(g));
         // A change of the Node (its addresses above all) comes with a change of the host's
         // own addresses, which only a read of the kernel sees: node ports would stay on the
         // addresses of the last read until the next periodic pass (kube-proxy reads them in
         // every sync, and restarts when its node IP changes).
-        let node_changed = self
-            .previous
-            .as_deref()
-            .is_some_and(|p| p.node != cluster.node);
+        let node_changed = changes.as_ref().is_some_and(|c| c.node_changed());
         let full = syncer.read_ended() || (due && !started) || node_changed;
         self.wait = true;
-        // Between full syncs, only the Services that changed since the last snapshot synced.
-        let changed = self
-            .previous
-            .as_deref()
-            .filter(|_| !full)
-            .and_then(|p| changed_services(p, &cluster));
-        if started && changed.as_ref().is_some_and(BTreeSet::is_empty) {
+        if started && changes.as_ref().is_some_and(|c| c.is_empty()) {
             // The timer started the read, and nothing changed: nothing to sync until it ends.
             return None;
         }
         self.last_sync = Some(Instant::now());
-        self.previous = Some(cluster.clone());
-        let result = match &changed {
-            Some(changed) => syncer.sync_changed(&cluster, changed).await,
-            None => syncer.sync(&cluster, full).await,
+        self.seen = Some(snapshot.generation());
+        let cluster = &snapshot.cluster;
+        let result = match &changes {
+            Some(changes) => syncer.sync_with(cluster, full, changes).await,
+            None => syncer.sync(cluster, full).await,
         };
         Some((full, result))
     }

@@ -1,17 +1,17 @@
 //! The desired state kept up to date Service by Service, so that a change costs what it
 //! changes rather than what the cluster holds.
 //!
-//! [`Kept::build`] computes the whole state once, as [`crate::model::desired::desired`] does,
-//! and keeps the cluster snapshot it was computed for. [`Kept::update`] takes the
-//! changed Services out by their old footprints (the keys each put in: virtual servers, set
-//! entries, VIPs, out filters), computed again from that snapshot's objects rather than
-//! kept, puts them back as they are now, and returns the [`Scope`] of keys that moved, so
-//! that the plan looks at those alone. Entries and VIPs two Services share are counted, so
-//! one Service leaving does not take the other's away. What a Service cannot be moved alone
-//! for (the Node, the host's addresses, a virtual server two Services want) makes `update`
-//! decline, and the caller builds from scratch. [`Kept::bring_to`] finds the changed
-//! Services itself, against the snapshot: what the periodic full sync does. The property test
-//! of [`super`] checks that updates land on the state a build computes.
+//! [`Kept::build`] computes the whole state once, as [`crate::model::desired::desired`] does.
+//! [`Kept::update`] is handed what changed since ([`Changes`], as the source recorded it): it
+//! takes the changed Services out by their old footprints (the keys each put in: virtual
+//! servers, set entries, VIPs, out filters), computed again from the objects the change
+//! recorded as they were, puts them back as they are now, and returns the [`Scope`] of keys
+//! that moved, so that the plan looks at those alone. Entries and VIPs two Services share
+//! are counted, so one Service leaving does not take the other's away. What a Service
+//! cannot be moved alone for (the Node, the host's addresses, a virtual server two Services
+//! want) makes `update` decline, and the caller builds from scratch. The state holds no copy
+//! of the snapshot it is for: the changes carry the earlier objects. The property test of
+//! [`super`] checks that updates land on the state a build computes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -24,9 +24,9 @@ use crate::model::desired::{
 use crate::model::kernel::sets::{self, SetName};
 use crate::model::kernel::{SetEntry, VsKey};
 use crate::model::plan::Scope;
+use crate::model::snapshot::changes::Changes;
 use crate::model::snapshot::cluster::{
-    Cluster, EndpointSlice, Family, ObjectMap, Service, ServiceRef, SlicesByService,
-    changed_services,
+    Cluster, EndpointSlice, Family, Node, Service, ServiceRef, SlicesByService,
 };
 use crate::model::snapshot::config::ProxyConfig;
 
@@ -47,10 +47,9 @@ pub struct Kept {
     shared_addresses: HashMap<IpAddr, u32>,
     /// Out filters and how many Services want each.
     out_filters: BTreeMap<OutFilter, u32>,
-    /// The snapshot the state is for. The snapshots share their unchanged parts, so holding
-    /// it costs what changed since, and comparing it with a newer one finds what changed
-    /// at the cost of the change ([`changed_services`]).
-    at: Cluster,
+    /// The Node the state was made for: its zone, addresses and pod CIDRs reach every
+    /// Service.
+    node: Option<Node>,
 }
 
 impl Kept {
@@ -65,64 +64,8 @@ impl Kept {
             shared_entries: more(prints.entries),
             shared_addresses: more(prints.addresses),
             out_filters: prints.out_filters,
-            at: cluster.clone(),
+            node: cluster.node.clone(),
         }
-    }
-
-    /// Whether [`Kept::build`] on these inputs would build this very state: `cluster`
-    /// holds the objects of the snapshot the state is for (the same or equal ones), and the
-    /// Node and `host` are those it was made for (the state is a function of the Services,
-    /// the slices, the Node, the host and the configuration).
-    pub fn is_at(&self, cluster: &Cluster, host: &Host) -> bool {
-        *host == self.host && changed_services(&self.at, cluster).is_some_and(|c| c.is_empty())
-    }
-
-    /// Brings the state to `cluster` on `host` by the Services that differ from the snapshot
-    /// it is for, as [`Kept::update`] does: what a sync over the whole state keeps
-    /// instead of building it again. `None` when it cannot (as `update`).
-    pub fn bring_to(&mut self, cluster: &Cluster, host: &Host) -> Option<Scope> {
-        let changed = changed_services(&self.at, cluster)?;
-        let scope = self.update(cluster, host, &changed)?;
-        // Every difference taken in: the snapshot itself, sharing the most with the next.
-        self.at = cluster.clone();
-        Some(scope)
-    }
-
-    /// Takes the objects of the Services `changed` from `cluster` into the snapshot the state
-    /// is for, and those alone: a Service that changed and was not named stays a
-    /// difference, which the next [`Kept::bring_to`] finds.
-    fn absorb(&mut self, cluster: &Cluster, changed: &BTreeSet<ServiceRef>) {
-        use imbl::ordmap::DiffItem;
-        fn take<K: Ord + Clone, V: PartialEq>(
-            at: &mut ObjectMap<K, V>,
-            now: &ObjectMap<K, V>,
-            named: impl Fn(&V) -> bool,
-        ) {
-            let moved: Vec<(K, Option<Arc<V>>)> = at
-                .diff(now)
-                .filter_map(|item| match item {
-                    DiffItem::Add(k, v) => named(v).then(|| (k.clone(), Some(v.clone()))),
-                    DiffItem::Remove(k, v) => named(v).then(|| (k.clone(), None)),
-                    DiffItem::Update {
-                        old: (k, old),
-                        new: (_, new),
-                    } => (named(old) || named(new)).then(|| (k.clone(), Some(new.clone()))),
-                })
-                .collect();
-            for (k, v) in moved {
-                match v {
-                    Some(v) => at.insert(k, v),
-                    None => at.remove(&k),
-                };
-            }
-        }
-        self.at.node = cluster.node.clone();
-        take(&mut self.at.services, &cluster.services, |s| {
-            changed.contains(&s.id)
-        });
-        take(&mut self.at.slices, &cluster.slices, |s| {
-            changed.contains(&s.service)
-        });
     }
 
     /// The desired state.
@@ -136,32 +79,27 @@ impl Kept {
         &mut self.desired
     }
 
-    /// Brings the state to `cluster`, in which the Services `changed` (their object, their
-    /// EndpointSlices, or both; deleted ones included) are all that changed since the last
-    /// build or update (the snapshot the state is for), on `host`. Returns the keys that moved, or `None` when a change
+    /// Brings the state to `cluster` on `host`, into which `changes` changed the snapshot of
+    /// the last build or update. Returns the keys that moved, or `None` when a change
     /// reaches beyond its Services (the Node, the host's addresses, a virtual server two
     /// Services want): then nothing was changed, and the caller builds again.
-    pub fn update(
-        &mut self,
-        cluster: &Cluster,
-        host: &Host,
-        changed: &BTreeSet<ServiceRef>,
-    ) -> Option<Scope> {
-        self.update_with(cluster, host, changed, &cluster.slices_of_services(changed))
+    pub fn update(&mut self, cluster: &Cluster, host: &Host, changes: &Changes) -> Option<Scope> {
+        let slices = cluster.slices_of_services(changes.services());
+        self.update_with(cluster, host, changes, &slices)
     }
 
-    /// [`Kept::update`] with the slices of the changed Services already found.
+    /// [`Kept::update`] with the slices of the changed Services in `cluster` already found.
     pub fn update_with(
         &mut self,
         cluster: &Cluster,
         host: &Host,
-        changed: &BTreeSet<ServiceRef>,
+        changes: &Changes,
         slices: &SlicesByService<'_>,
     ) -> Option<Scope> {
-        // The Node's zone, addresses and pod CIDRs reach every Service.
-        if cluster.node != self.at.node || *host != self.host {
+        if changes.node_changed() || cluster.node != self.node || *host != self.host {
             return None;
         }
+        let changed = changes.services();
         let present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
             .iter()
             .filter_map(|id| cluster.services.get(id))
@@ -171,18 +109,17 @@ impl Kept {
         if !fresh.conflicts.is_empty() {
             return None;
         }
-        // What the changed Services put in before, computed again from the objects of the
-        // snapshot the state is for (as `cluster`, the Node and the host are those the state
-        // was made for, so this is what they put in): kept, the footprints of every Service
-        // were a fifth of the desired state's memory.
-        let at = self.at.clone();
-        let old_slices = at.slices_of_services(changed);
+        // What the changed Services put in before, computed again from their objects as the
+        // changes recorded them (the Node and the host are those the state was made for, so
+        // this is what they put in): kept, the footprints of every Service were a fifth of
+        // the desired state's memory.
+        let old_slices = changes.old_slices(slices);
         let old_present: Vec<(&Arc<Service>, Vec<&EndpointSlice>)> = changed
             .iter()
-            .filter_map(|id| at.services.get(id))
+            .filter_map(|id| changes.old_service(id, cluster))
             .map(|svc| (svc, old_slices.of(&svc.id).to_vec()))
             .collect();
-        let (_, old_prints) = footprints_of(&at, &self.config, &self.host, &old_present);
+        let (_, old_prints) = footprints_of(cluster, &self.config, &self.host, &old_present);
         let olds: Vec<(&ServiceRef, Footprint)> = old_present
             .iter()
             .map(|(svc, _)| &svc.id)
@@ -201,8 +138,7 @@ impl Kept {
             return None;
         }
 
-        // From here on the state moves: it takes the changed Services' objects of `cluster`.
-        self.absorb(cluster, changed);
+        // From here on the state moves.
         let mut scope = Scope::default();
         // Virtual servers no changed Service wants any more go; the others are replaced
         // below. Shared keys are added before the old ones are dropped, so that a Service

@@ -1,15 +1,18 @@
 //! The desired state carried from sync to sync, and all that one sync derives from the
 //! cluster snapshot.
 //!
-//! [`Incremental::advance`] is the computation of a sync, in one call. When only some
-//! Services changed since a sync that applied its whole plan, it brings the kept state
-//! ([`Kept`]) to the cluster by those Services alone, and the sync looks at what they moved
-//! ([`Reach::Changed`]). Otherwise the sync looks at everything: the kept state is brought to
-//! the cluster by the Services that differ from the snapshot it is for, as a change would
-//! (building it whole took a periodic pass as long as a cold sync's computation, and every
-//! change that came meanwhile waited for it), or built whole: the first time, when it cannot
-//! be brought, on demand ([`Incremental::build_next`]), and every [`REBUILD_EVERY`] full syncs
-//! kept, the check that the kept state is what the cluster builds. The conntrack filter,
+//! [`Incremental::advance`] is the computation of a sync, in one call. The syncs hand it what
+//! changed since the snapshot of the last one ([`Incremental::note`], the source's
+//! [`Changes`]), merged until a sync computes: so the kept state ([`Kept`]) is brought by every
+//! change since the snapshot it is for, even when a sync failed before computing. After a
+//! sync that applied its whole plan, a sync of changes brings the kept state to the cluster
+//! by the changed Services alone, and looks at what they moved ([`Reach::Changed`]).
+//! Otherwise the sync looks at everything: the kept state is brought to the cluster by the
+//! same changes (building it whole took a periodic pass as long as a cold sync's
+//! computation, and every change that came meanwhile waited for it), or built whole: the
+//! first time, when what changed is not known, when it cannot be brought, on demand
+//! ([`Incremental::build_next`]), and every [`REBUILD_EVERY`] full syncs kept, the check
+//! that the kept state is what the cluster builds. The conntrack filter,
 //! the health-check addresses and the scheduler refusals that start are derived in the same
 //! call.
 //!
@@ -34,6 +37,7 @@ use std::collections::BTreeSet;
 use crate::model::desired::scheduler::{self, Refusal};
 use crate::model::desired::{Desired, Host, health_check_addresses};
 use crate::model::kernel::KernelState;
+use crate::model::snapshot::changes::Changes;
 use crate::model::snapshot::cluster::{Cluster, ServiceRef};
 use crate::model::snapshot::config::ProxyConfig;
 use computed::Computed;
@@ -57,14 +61,18 @@ pub struct Incremental {
     build_next: bool,
     /// The Services' own schedulers refused at the last sync.
     refused: BTreeSet<Refusal>,
+    /// Full syncs that keep the state between two whole builds ([`REBUILD_EVERY`]; tests
+    /// switch it off to see a kept state that a rebuild would hide).
+    rebuild_every: u32,
+    /// What changed since the snapshot the kept state is for, merged from what the syncs
+    /// were handed since; `None` when not known (nothing kept yet, or a sync was handed no
+    /// changes): the next sync builds the state whole.
+    pending: Option<Changes>,
 }
 
 /// What the sync loop knows of a sync that the model does not.
 #[derive(Debug, Clone, Copy)]
-pub struct Pass<'a> {
-    /// The Services that changed since the last sync, when the loop knows them (a sync of
-    /// changes); `None` for a sync of the whole state.
-    pub changed: Option<&'a BTreeSet<ServiceRef>>,
+pub struct Pass {
     /// Whether the kernel was read for this sync: it may hold drift anywhere, so the sync
     /// looks at everything.
     pub full: bool,
@@ -91,6 +99,18 @@ impl Incremental {
             kept_passes: 0,
             build_next: false,
             refused: BTreeSet::new(),
+            rebuild_every: REBUILD_EVERY,
+            pending: None,
+        }
+    }
+
+    /// Takes in what changed since the snapshot of the last sync (`None`: not known), before
+    /// anything of the sync can fail: a sync that fails before it computes leaves its changes
+    /// for the next one.
+    pub fn note(&mut self, changes: Option<&Changes>) {
+        match (&mut self.pending, changes) {
+            (Some(pending), Some(changes)) => pending.merge(changes),
+            (pending, _) => *pending = None,
         }
     }
 
@@ -105,57 +125,69 @@ impl Incremental {
         self.build_next = true;
     }
 
-    /// Brings the desired state to `cluster` on `host` for a sync described by `pass`, and
-    /// derives the rest of what the sync needs from the snapshot
-    /// ([`desired`](Incremental::desired) has the state afterwards).
-    pub fn advance<'a>(
-        &mut self,
-        cluster: &'a Cluster,
-        host: &Host,
-        pass: Pass<'a>,
-    ) -> Computed<'a> {
-        let (reach, whole) = match self.change(cluster, host, pass) {
+    /// Brings the desired state to `cluster` on `host` for a sync described by `pass`, by
+    /// what changed since the kept state's snapshot ([`Incremental::note`]), and derives the
+    /// rest of what the sync needs from the snapshot ([`desired`](Incremental::desired) has
+    /// the state afterwards).
+    pub fn advance<'a>(&mut self, cluster: &'a Cluster, host: &Host, pass: Pass) -> Computed<'a> {
+        // Whatever happens below, the state is for `cluster` afterwards.
+        let changes = self.pending.replace(Changes::default());
+        let narrow = !pass.full && pass.settled;
+        let changed = changes
+            .as_ref()
+            .filter(|_| narrow)
+            .and_then(|c| self.change(cluster, host, c));
+        let (reach, whole) = match changed {
             Some(reach) => (reach, Whole::default()),
-            None => (Reach::Whole, self.keep_or_build(cluster, host, pass.full)),
+            None => (
+                Reach::Whole,
+                self.keep_or_build(cluster, host, pass.full, changes.as_ref()),
+            ),
         };
+        let refusals = self.new_refusals(cluster, reach.services());
         Computed {
             conntrack: reach.conntrack_filter(cluster, &self.config, host),
             health_check_addresses: health_check_addresses(cluster, &self.config, host),
-            refusals: self.new_refusals(cluster, reach.services()),
+            refusals,
             unchanged: whole.unchanged,
             diverged: whole.diverged,
             reach,
         }
     }
 
-    /// Brings the kept state to `cluster` by the Services that `pass` says changed, when it
-    /// can: a sync of changes, after one that applied its whole plan, that reaches no further
-    /// than its Services. `None`, nothing changed, otherwise.
+    /// Brings the kept state to `cluster` by the Services `changes` names, when it can (it
+    /// reaches no further than its Services): a sync of changes. `None`, nothing changed,
+    /// otherwise.
     fn change<'a>(
         &mut self,
         cluster: &'a Cluster,
         host: &Host,
-        pass: Pass<'a>,
+        changes: &Changes,
     ) -> Option<Reach<'a>> {
-        let services = pass.changed.filter(|_| !pass.full && pass.settled)?;
         let kept = self.kept.as_mut()?;
-        let slices = cluster.slices_of_services(services);
-        let scope = kept.update_with(cluster, host, services, &slices)?;
+        let slices = cluster.slices_of_services(changes.services());
+        let scope = kept.update_with(cluster, host, changes, &slices)?;
         Some(Reach::Changed {
-            services,
+            services: changes.services().clone(),
             slices,
             scope,
         })
     }
 
-    /// Brings the kept state to `cluster` by the Services that differ from its snapshot, or
-    /// builds it whole (see the module's notes for when).
-    fn keep_or_build(&mut self, cluster: &Cluster, host: &Host, full: bool) -> Whole {
-        let rebuild = self.build_next || (full && self.kept_passes >= REBUILD_EVERY);
-        let brought = self
-            .kept
-            .as_mut()
-            .and_then(|kept| kept.bring_to(cluster, host));
+    /// Brings the kept state to `cluster` by `changes`, or builds it whole (see the module's
+    /// notes for when).
+    fn keep_or_build(
+        &mut self,
+        cluster: &Cluster,
+        host: &Host,
+        full: bool,
+        changes: Option<&Changes>,
+    ) -> Whole {
+        let rebuild = self.build_next || (full && self.kept_passes >= self.rebuild_every);
+        let brought = match (self.kept.as_mut(), changes) {
+            (Some(kept), Some(changes)) => kept.update(cluster, host, changes),
+            _ => None,
+        };
         if let Some(moved) = &brought
             && !rebuild
         {
@@ -217,6 +249,11 @@ impl Incremental {
 
 #[cfg(test)]
 impl Incremental {
+    /// Never builds the state whole on the period: what a kept state gets wrong stays.
+    pub(crate) fn never_rebuild(&mut self) {
+        self.rebuild_every = u32::MAX;
+    }
+
     /// Full syncs since the desired state was last built whole.
     pub(crate) fn kept_passes(&self) -> u32 {
         self.kept_passes

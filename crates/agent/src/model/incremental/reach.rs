@@ -28,7 +28,7 @@ pub enum Reach<'a> {
     /// plan went in whole.
     Changed {
         /// The Services that changed (their objects, their EndpointSlices, or both).
-        services: &'a BTreeSet<ServiceRef>,
+        services: BTreeSet<ServiceRef>,
         /// Their EndpointSlices in the cluster.
         slices: SlicesByService<'a>,
         /// The keys their change moved.
@@ -43,7 +43,7 @@ impl<'a> Reach<'a> {
     }
 
     /// The Services that changed; `None` for the whole state.
-    pub fn services(&self) -> Option<&'a BTreeSet<ServiceRef>> {
+    pub fn services(&self) -> Option<&BTreeSet<ServiceRef>> {
         match self {
             Reach::Whole => None,
             Reach::Changed { services, .. } => Some(services),

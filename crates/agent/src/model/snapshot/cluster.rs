@@ -377,27 +377,6 @@ impl Cluster {
     }
 }
 
-/// The Services whose object or EndpointSlices differ between two snapshots (deleted and new
-/// ones included), or `None` when the Node differs: a change that reaches every Service.
-/// Costs what changed: [`each_difference`] skips what the snapshots share.
-pub fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<ServiceRef>> {
-    if before.node != after.node {
-        return None;
-    }
-    let mut changed = BTreeSet::new();
-    each_difference(&before.services, &after.services, |b, a| {
-        if let Some(s) = a.or(b) {
-            changed.insert(s.id.clone());
-        }
-    });
-    each_difference(&before.slices, &after.slices, |b, a| {
-        for s in [b, a].into_iter().flatten() {
-            changed.insert(s.service.clone());
-        }
-    });
-    Some(changed)
-}
-
 /// Calls `f(before, after)` for every key whose object differs between two maps of shared
 /// objects (`None` on the side that lacks the key), in key order. The same object (by
 /// pointer, as unchanged objects are shared between snapshots) or an equal one is no
@@ -425,12 +404,41 @@ pub fn each_difference<'a, K: Ord + Clone, V: PartialEq>(
     }
 }
 
+/// [`each_difference`] with the key: calls `f(key, before, after)` for every key whose
+/// object differs, each side's shared object as the map holds it.
+pub fn each_difference_by_key<'a, K: Ord + Clone, V: PartialEq>(
+    before: &'a ObjectMap<K, V>,
+    after: &'a ObjectMap<K, V>,
+    mut f: impl FnMut(&'a K, Option<&'a Arc<V>>, Option<&'a Arc<V>>),
+) {
+    use imbl::ordmap::DiffItem;
+    for item in before.diff(after) {
+        match item {
+            DiffItem::Add(k, a) => f(k, None, Some(a)),
+            DiffItem::Remove(k, b) => f(k, Some(b), None),
+            DiffItem::Update {
+                old: (k, b),
+                new: (_, a),
+            } => {
+                if !(Arc::ptr_eq(b, a) || b == a) {
+                    f(k, Some(b), Some(a));
+                }
+            }
+        }
+    }
+}
+
 /// EndpointSlices grouped by Service ([`Cluster::slices_by_service`]), each group in the order
 /// of [`Cluster::slices`].
 #[derive(Debug, Default)]
 pub struct SlicesByService<'a>(BTreeMap<&'a ServiceRef, Vec<&'a EndpointSlice>>);
 
 impl<'a> SlicesByService<'a> {
+    /// Slices already grouped, each group in the order of [`Cluster::slices`].
+    pub(crate) fn from_groups(groups: BTreeMap<&'a ServiceRef, Vec<&'a EndpointSlice>>) -> Self {
+        Self(groups)
+    }
+
     /// The slices of one Service (as [`Cluster::slices_of`] yields them).
     pub fn of(&self, id: &ServiceRef) -> &[&'a EndpointSlice] {
         self.0.get(id).map(Vec::as_slice).unwrap_or(&[])
@@ -446,6 +454,13 @@ impl<'a> SlicesByService<'a> {
 mod tests {
     use super::*;
     use crate::model::fixtures::{cluster, eps, svc};
+    use crate::model::snapshot::changes::Changes;
+
+    /// The Services [`Changes::between`] names, or `None` when the Node changed.
+    fn changed_services(before: &Cluster, after: &Cluster) -> Option<BTreeSet<ServiceRef>> {
+        let changes = Changes::between(before, after);
+        (!changes.node_changed()).then(|| changes.services().clone())
+    }
 
     #[test]
     fn an_endpoint_is_48_bytes_and_shares_its_node_and_zone() {
@@ -532,17 +547,24 @@ mod tests {
             then in proptest::collection::vec(crate::model::incremental::tests::change(), 0..6),
         ) {
             let mut before = cluster(vec![], vec![]);
+            let mut events = Changes::default();
             for c in &start {
-                crate::model::incremental::tests::apply(&mut before, c);
+                crate::model::incremental::tests::apply(&mut before, c, &mut events);
             }
             let mut after = before.clone();
+            let mut events = Changes::default();
             for c in &then {
-                crate::model::incremental::tests::apply(&mut after, c);
+                crate::model::incremental::tests::apply(&mut after, c, &mut events);
             }
+            let walked = Changes::between(&before, &after);
             proptest::prop_assert_eq!(
-                changed_services(&before, &after),
-                Some(changed_by_lookups(&before, &after))
+                (!walked.node_changed()).then(|| walked.services().clone()),
+                (before.node == after.node).then(|| changed_by_lookups(&before, &after))
             );
+            // What the events recorded names at least what differs (a change undone within
+            // the batch is named too).
+            proptest::prop_assert!(walked.services().is_subset(events.services()));
+            proptest::prop_assert_eq!(walked.node_changed(), before.node != after.node);
         }
     }
 

@@ -76,7 +76,7 @@ pub use self::client::{ClientOptions, client, config};
 pub use self::error::{Error, Result};
 use self::store::{Stores, Update};
 use self::stream::{WatchResult, watch_kind};
-use crate::model::snapshot::cluster::Cluster;
+use crate::model::snapshot::changes::Published;
 
 /// The label selector of the Service watch, as kube-proxy's informer: Services of another
 /// proxy stay on the server. (kube-proxy selects Services by this label alone; the
@@ -239,7 +239,7 @@ impl Watches {
     /// every watch has listed and after each change. Watch errors are logged and retried with
     /// backoff (kube-runtime recovers a dropped watch from its last `resourceVersion` and
     /// relists after a `410 Gone`); they never end the loop.
-    pub async fn run(self, snapshots: watch::Sender<Option<Arc<Cluster>>>) -> Result<()> {
+    pub async fn run(self, snapshots: watch::Sender<Option<Published>>) -> Result<()> {
         if self.node_name.is_empty() {
             return Err(Error::NoNodeName);
         }
@@ -258,7 +258,7 @@ impl Watches {
         let mut stores = Stores::default();
         let mut due: Option<Instant> = None;
         let mut last_publish: Option<Instant> = None;
-        let mut published: Option<Arc<Cluster>> = None;
+        let mut published: Option<Published> = None;
         loop {
             let ready = stores.ready();
             let publish_at = due.filter(|_| ready);
@@ -269,16 +269,23 @@ impl Watches {
                     due = None;
                     last_publish = Some(Instant::now());
                     let cluster = stores.cluster();
-                    if published.as_deref() != Some(&cluster) {
+                    // What changed since the last snapshot published, as the events said.
+                    let changes = stores.take_changes();
+                    if published.as_ref().map(|p| &*p.cluster) != Some(&cluster) {
                         let cluster = Arc::new(cluster);
                         debug!(
                             services = cluster.services.len(),
                             slices = cluster.slices.len(),
                             node = cluster.node.is_some(),
+                            changed = changes.services().len(),
                             "publishing a cluster snapshot"
                         );
-                        published = Some(cluster.clone());
-                        snapshots.send_replace(Some(cluster));
+                        let next = match &published {
+                            Some(last) => last.next(cluster, changes),
+                            None => Published::first(cluster),
+                        };
+                        published = Some(next.clone());
+                        snapshots.send_replace(Some(next));
                     }
                     if let Some(tx) = &self.lifecycle {
                         tx.send_if_modified(|l| {
@@ -310,7 +317,7 @@ impl Watches {
 pub async fn run(
     client: Client,
     node_name: String,
-    snapshots: watch::Sender<Option<Arc<Cluster>>>,
+    snapshots: watch::Sender<Option<Published>>,
 ) -> Result<()> {
     Watches::new(client, node_name).run(snapshots).await
 }

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 use super::NodeLifecycle;
 use super::stream::WatchResult;
 use super::watched::{OwnNode, Watched};
+use crate::model::snapshot::changes::Changes;
 use crate::model::snapshot::cluster::{self, Cluster, ObjectMap, ServiceRef, SliceRef};
 
 /// One item from one of the three watchers (boxed: the API objects are large and unequal).
@@ -167,12 +168,15 @@ impl<M: PartialEq> Changed<M> {
     }
 }
 
-/// Brings one of the snapshot's maps to what `changed` says, keying each model by `key`.
-fn follow<K: Ord + Clone, V>(
+/// Brings one of the snapshot's maps to what `changed` says, keying each model by `key`,
+/// and tells `record` each key whose object changed, with its object before and after. A
+/// list or relist is taken by one diff of the map it replaces (a rare event).
+fn follow<K: Ord + Clone, V: PartialEq>(
     map: &mut ObjectMap<K, V>,
     changed: &Changed<Arc<V>>,
     key: impl Fn(&V) -> K,
     all: impl FnOnce() -> ObjectMap<K, V>,
+    mut record: impl FnMut(&K, Option<&Arc<V>>, Option<&Arc<V>>),
 ) {
     match changed {
         Changed::Nothing => {}
@@ -183,13 +187,20 @@ fn follow<K: Ord + Clone, V>(
             if let Some(new) = new {
                 map.insert(key(new), new.clone());
             }
+            let k = key(old.as_deref().or(new.as_deref()).expect("old or new"));
+            record(&k, old.as_ref(), new.as_ref());
         }
-        Changed::All => *map = all(),
+        Changed::All => {
+            let listed = all();
+            cluster::each_difference_by_key(map, &listed, &mut record);
+            *map = listed;
+        }
     }
 }
 
 /// The three stores, and the snapshot's maps kept up to date with them one object at a time
-/// (a snapshot then costs a clone of two persistent maps, not a rebuild of the cluster).
+/// (a snapshot then costs a clone of two persistent maps, not a rebuild of the cluster), with
+/// what changed in them since the last snapshot taken ([`Stores::take_changes`]).
 #[derive(Default)]
 pub(super) struct Stores {
     pub(super) services: Store<core::Service>,
@@ -197,6 +208,10 @@ pub(super) struct Stores {
     pub(super) nodes: Store<core::Node>,
     pub(super) snapshot_services: ObjectMap<ServiceRef, cluster::Service>,
     pub(super) snapshot_slices: ObjectMap<SliceRef, cluster::EndpointSlice>,
+    /// What changed in the snapshot's maps and the Node since the last snapshot taken;
+    /// `None` before the first (every object of the initial lists is new: recording them
+    /// would cost a map of the whole cluster at the peak of the cold start).
+    changes: Option<Changes>,
 }
 
 impl Stores {
@@ -209,28 +224,53 @@ impl Stores {
         match update {
             Update::Service(e) => {
                 let changed = apply_result(&mut self.services, *e);
-                let store = &self.services;
+                let (store, changes) = (&self.services, &mut self.changes);
                 follow(
                     &mut self.snapshot_services,
                     &changed,
                     |s| s.id.clone(),
                     || store.models().map(|s| (s.id.clone(), s.clone())).collect(),
+                    |id, old, _| {
+                        if let Some(c) = changes {
+                            c.service(id, old);
+                        }
+                    },
                 );
                 changed.any()
             }
             Update::Slice(e) => {
                 let changed = apply_result(&mut self.slices, *e);
-                let store = &self.slices;
+                let (store, changes) = (&self.slices, &mut self.changes);
                 follow(
                     &mut self.snapshot_slices,
                     &changed,
                     cluster::EndpointSlice::id,
                     || store.models().map(|s| (s.id(), s.clone())).collect(),
+                    |id, old, new| {
+                        if let Some(c) = changes {
+                            c.slice(id, old, new);
+                        }
+                    },
                 );
                 changed.any()
             }
-            Update::Node(e) => apply_result(&mut self.nodes, *e).any(),
+            Update::Node(e) => {
+                let before = self.own_node().map(|n| n.node.clone());
+                let changed = apply_result(&mut self.nodes, *e).any();
+                if self.own_node().map(|n| &n.node) != before.as_ref()
+                    && let Some(c) = &mut self.changes
+                {
+                    c.node();
+                }
+                changed
+            }
         }
+    }
+
+    /// What changed since the last call: the changes into the snapshot [`Stores::cluster`]
+    /// takes now (nothing at the first call: the first snapshot has nothing before it).
+    pub(super) fn take_changes(&mut self) -> Changes {
+        self.changes.replace(Changes::default()).unwrap_or_default()
     }
 
     pub(super) fn own_node(&self) -> Option<&OwnNode> {

@@ -1,5 +1,6 @@
 //! Store semantics without a server: relists, conversion once per version, change detection.
 
+use crate::model::snapshot::cluster::Cluster;
 use std::sync::atomic::Ordering;
 
 use kube::runtime::utils::Backoff;

@@ -1,7 +1,6 @@
 //! The loop over a kernel that refuses: a refused Service retried with backoff while the agent
 //! stays unblocked, one failure explained, and the verdicts that block the agent.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -31,7 +30,7 @@ async fn run_for(
             eps("api", "", Protocol::Tcp, 8080).ready("10.244.0.3", "node-a"),
         ],
     );
-    let (_tx, rx) = watch::channel(Some(Arc::new(c)));
+    let (_tx, rx) = watch::channel(super::first(c));
     let memory = Memory {
         refuse: refuse.iter().map(|s| s.to_string()).collect(),
         unavailable,

@@ -21,7 +21,22 @@ use crate::model::incremental::REBUILD_EVERY;
 use crate::model::kernel::sets::named;
 use crate::model::kernel::{KernelState, Table};
 use crate::model::plan::Op;
-use crate::model::snapshot::cluster::{Protocol, SliceRef, changed_services};
+use crate::model::snapshot::changes::Published;
+use crate::model::snapshot::cluster::{Protocol, ServiceRef, SliceRef};
+
+/// The first snapshot a source publishes.
+fn first(c: Cluster) -> Option<Published> {
+    Some(Published::first(Arc::new(c)))
+}
+
+/// Publishes `c` on `tx` as a source does, with what changed since the snapshot before.
+fn publish(tx: &watch::Sender<Option<Published>>, c: Cluster) {
+    let next = match &*tx.borrow() {
+        Some(last) => last.next(Arc::new(c.clone()), Changes::between(&last.cluster, &c)),
+        None => Published::first(Arc::new(c)),
+    };
+    tx.send_replace(Some(next));
+}
 
 /// `default/web` on 10.96.0.10:80 with ready endpoints on another node.
 fn web(endpoints: &[&str]) -> Cluster {
@@ -126,9 +141,10 @@ async fn a_change_looks_at_its_own_services_refusals_and_keeps_the_others() {
         ],
     );
     let set = |c: &mut Cluster, name: &str, sched: Option<&str>| {
+        let before = c.clone();
         let id = ServiceRef::new("default", name);
         Arc::make_mut(c.services.get_mut(&id).unwrap()).scheduler = sched.map(Into::into);
-        BTreeSet::from([id])
+        Changes::between(&before, c)
     };
     let refused = |r: &Report| {
         r.scheduler_refusals
@@ -229,8 +245,11 @@ async fn a_change_synced_alone_programs_what_a_whole_sync_does() {
     let mut endpoint = slice.endpoints[0].clone();
     endpoint.address = "10.244.0.9".parse().unwrap();
     slice.endpoints.push(endpoint);
-    let changed = changed_services(&before, &c).unwrap();
-    assert_eq!(changed, BTreeSet::from([ServiceRef::new("default", "web")]));
+    let changed = Changes::between(&before, &c);
+    assert_eq!(
+        changed.services(),
+        &BTreeSet::from([ServiceRef::new("default", "web")])
+    );
     let r = s.sync_changed(&c, &changed).await.unwrap();
     assert!(!r.full);
     let ops: Vec<String> = r.plan.ops.iter().map(|o| o.to_string()).collect();
@@ -239,7 +258,7 @@ async fn a_change_synced_alone_programs_what_a_whole_sync_does() {
     whole.sync(&c, true).await.unwrap();
     assert_eq!(s.dataplane().state, whole.dataplane().state);
     // Nothing changed: nothing planned, and the next full sync finds no drift.
-    let r = s.sync_changed(&c, &BTreeSet::new()).await.unwrap();
+    let r = s.sync_changed(&c, &Changes::default()).await.unwrap();
     assert!(r.plan.is_empty());
     let r = s.sync(&c, true).await.unwrap();
     assert!(r.plan.is_empty() && r.drift.is_empty());
@@ -414,11 +433,12 @@ async fn a_plan_that_moves_into_the_shadow_is_reported_by_its_counts_and_a_faile
 #[tokio::test]
 async fn full_syncs_keep_the_state_changes_brought_and_build_it_whole_every_eleventh() {
     let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
-    s.sync(&web(&["10.244.0.2"]), true).await.unwrap();
-    // A full sync after a change brings the kept state to the cluster: the change's real
-    // server goes in, and the state is not built again.
+    let (one, two) = (web(&["10.244.0.2"]), web(&["10.244.0.2", "10.244.0.3"]));
+    s.sync(&one, true).await.unwrap();
+    // A full sync after a change brings the kept state to the cluster by the change: its
+    // real server goes in, and the state is not built again.
     let r = s
-        .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
+        .sync_with(&two, true, &Changes::between(&one, &two))
         .await
         .unwrap();
     assert_eq!(r.plan.ops.len(), 1, "{:?}", r.plan.ops);
@@ -435,10 +455,7 @@ async fn full_syncs_keep_the_state_changes_brought_and_build_it_whole_every_elev
     kept.state.services.remove(&vip);
     let mut found = None;
     for pass in 2..=REBUILD_EVERY + 1 {
-        let r = s
-            .sync(&web(&["10.244.0.2", "10.244.0.3"]), true)
-            .await
-            .unwrap();
+        let r = s.sync_with(&two, true, &Changes::default()).await.unwrap();
         let has_vip = s.dataplane().state.services.contains_key(&vip);
         if r.warnings
             .iter()
@@ -472,15 +489,13 @@ async fn a_node_change_reads_the_kernel_and_the_hosts_addresses_again() {
         }
     };
     let driver = async move {
-        tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+        publish(&tx, web(&["10.244.0.2"]));
         tokio::time::sleep(Duration::from_secs(5)).await;
         // An endpoint change: synced against the shadow, no read.
-        tx.send(Some(Arc::new(web(&["10.244.0.2", "10.244.0.3"]))))
-            .unwrap();
+        publish(&tx, web(&["10.244.0.2", "10.244.0.3"]));
         tokio::time::sleep(Duration::from_secs(5)).await;
         // The Node's address moves: the host's addresses are read again.
-        tx.send(Some(Arc::new(moved(web(&["10.244.0.2", "10.244.0.3"])))))
-            .unwrap();
+        publish(&tx, moved(web(&["10.244.0.2", "10.244.0.3"])));
         tokio::time::sleep(Duration::from_secs(5)).await;
         stop_tx.send(()).unwrap();
         tx
@@ -510,13 +525,13 @@ async fn no_kernel_change_before_the_first_snapshot_and_debounced_after() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let driver = async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+        publish(&tx, web(&["10.244.0.2"]));
         // A burst of changes inside one min-sync period...
         for n in 3..8 {
             tokio::time::sleep(Duration::from_millis(50)).await;
             let eps: Vec<String> = (2..n).map(|i| format!("10.244.0.{i}")).collect();
             let refs: Vec<&str> = eps.iter().map(String::as_str).collect();
-            tx.send(Some(Arc::new(web(&refs)))).unwrap();
+            publish(&tx, web(&refs));
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         stop_tx.send(()).unwrap();
@@ -773,7 +788,7 @@ async fn conntrack_is_cleaned_when_udp_endpoints_change() {
 
 #[tokio::test(start_paused = true)]
 async fn the_loop_removes_an_idle_real_server_without_reading_the_whole_kernel() {
-    let (tx, rx) = watch::channel(Some(Arc::new(web(&["10.244.0.2", "10.244.0.3"]))));
+    let (tx, rx) = watch::channel(first(web(&["10.244.0.2", "10.244.0.3"])));
     let mut syncer = Syncer::new(Memory::default(), ProxyConfig::default());
     let periods = Periods {
         sync: Duration::from_secs(30),
@@ -782,7 +797,7 @@ async fn the_loop_removes_an_idle_real_server_without_reading_the_whole_kernel()
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let driver = async move {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        tx.send(Some(Arc::new(web(&["10.244.0.2"])))).unwrap();
+        publish(&tx, web(&["10.244.0.2"]));
         tokio::time::sleep(Duration::from_secs(5)).await;
         stop_tx.send(()).unwrap();
         tx
@@ -1116,4 +1131,54 @@ async fn retries_and_changes_are_not_drift() {
     // Once settled, someone else's change is.
     let r = repair(&mut s, &web(&["10.244.0.2"]), |k| k.addresses.clear()).await;
     assert_eq!(counts(&r.drift), [(DriftKind::Address, 1)]);
+}
+
+/// A sync that fails before it computes (its read of the kernel refused) leaves its changes
+/// to the next one: a slice relabelled to another Service in the failed sync's snapshot is
+/// served by that Service after the next sync of changes, which names a third Service only.
+#[tokio::test]
+async fn a_sync_that_fails_before_computing_leaves_its_changes_to_the_next() {
+    let c0 = cluster(
+        vec![
+            svc("a").cluster_ip("10.96.0.10").tcp(80),
+            svc("b").cluster_ip("10.96.0.11").tcp(80),
+        ],
+        vec![eps("a", "", Protocol::Tcp, 8080).ready("10.244.0.2", "other")],
+    );
+    let mut s = Syncer::new(Memory::default(), ProxyConfig::default());
+    s.sync(&c0, true).await.unwrap();
+    let mut c1 = c0.clone();
+    let key = slice_key_of(&c1, "a");
+    Arc::make_mut(c1.slices.get_mut(&key).unwrap()).service = ServiceRef::new("default", "b");
+    s.dataplane().unavailable = true;
+    assert!(
+        s.sync_with(&c1, true, &Changes::between(&c0, &c1))
+            .await
+            .is_err()
+    );
+    s.dataplane().unavailable = false;
+    let mut c2 = c1.clone();
+    let d = svc("d").cluster_ip("10.96.0.12").tcp(80).0;
+    c2.services.insert(d.id.clone(), Arc::new(d));
+    s.sync_with(&c2, true, &Changes::between(&c1, &c2))
+        .await
+        .unwrap();
+    let changes = Changes::between(&c2, &c2);
+    let r = s.sync_changed(&c2, &changes).await.unwrap();
+    assert!(r.plan.is_empty(), "{:?}", r.plan.ops);
+    assert_eq!(
+        s.incremental.desired().unwrap().state,
+        desired(&c2, &ProxyConfig::default(), &s.shadow().unwrap().host).state
+    );
+    let b = s
+        .dataplane()
+        .state
+        .services
+        .iter()
+        .find(|(k, _)| k.port == 80 && k.address.to_string() == "10.96.0.11");
+    assert_eq!(
+        b.map(|(_, vs)| vs.destinations.len()),
+        Some(1),
+        "b serves the slice"
+    );
 }

@@ -14,7 +14,8 @@ use crate::model::fixtures::{cluster, config, eps, host, svc};
 use crate::model::incremental::tests::{Change, apply, change};
 use crate::model::kernel::KernelState;
 use crate::model::plan::Op;
-use crate::model::snapshot::cluster::{Cluster, Protocol, ServiceRef};
+use crate::model::snapshot::changes::Changes;
+use crate::model::snapshot::cluster::{Cluster, Protocol};
 use crate::sync::{Periods, Syncer, run};
 
 /// `n` Services `s0..`, each on its own ClusterIP with the ready endpoints `endpoints(i)`.
@@ -95,7 +96,7 @@ async fn a_change_during_the_read_of_a_periodic_pass_is_programmed_before_the_re
         sync: Duration::from_secs(30),
         min_sync: Duration::from_secs(1),
     };
-    let (tx, rx) = watch::channel(Some(Arc::new(before)));
+    let (tx, rx) = watch::channel(super::first(before));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let released = Arc::new(AtomicBool::new(false));
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -105,7 +106,7 @@ async fn a_change_during_the_read_of_a_periodic_pass_is_programmed_before_the_re
         async move {
             // The timer starts the periodic pass's read at 30 s; it waits at the gate.
             gate.wait_started(1).await;
-            tx.send(Some(Arc::new(after))).unwrap();
+            super::publish(&tx, after);
             tokio::time::sleep(Duration::from_secs(5)).await;
             {
                 let seen = seen.lock().unwrap();
@@ -173,7 +174,7 @@ async fn a_failed_change_gives_the_read_up_and_the_pass_reads_the_kernel_whole()
         vec![format!("10.244.1.{i}"), format!("10.244.2.{i}")]
     });
     s.dataplane().refuse = vec!["add 10.244.2.0:8080".into()];
-    let changed = BTreeSet::from([ServiceRef::new("default", "s0")]);
+    let changed = Changes::between(&c, &more);
     let r = s.sync_changed(&more, &changed).await.unwrap();
     assert_eq!(r.applied.failed.len(), 1);
     assert!(!s.reading(), "given up with the shadow");
@@ -204,7 +205,7 @@ async fn a_drain_that_starts_during_the_read_does_not_end_on_counts_read_before_
         },
     );
     let one = services(1, |_| vec!["10.244.1.0".into()]);
-    let changed = BTreeSet::from([ServiceRef::new("default", "s0")]);
+    let changed = Changes::between(&two, &one);
     let r = s.sync_changed(&one, &changed).await.unwrap();
     assert_eq!(r.draining, 1, "{:?}", r.plan.ops);
     gate.open();
@@ -295,8 +296,11 @@ fn seen_by_a_read(pre: &KernelState, ops: &[Op], picks: &[u16]) -> KernelState {
 /// Syncs each batch of `changes` alone, as the loop does between full passes.
 async fn sync_changes(s: &mut Syncer<Memory>, cl: &mut Cluster, changes: &[Vec<Change>]) {
     for batch in changes {
-        let changed: BTreeSet<ServiceRef> = batch.iter().map(|c| apply(cl, c)).collect();
-        let r = s.sync_changed(cl, &changed).await.unwrap();
+        let mut events = Changes::default();
+        for c in batch {
+            apply(cl, c, &mut events);
+        }
+        let r = s.sync_changed(cl, &events).await.unwrap();
         assert!(r.applied.failed.is_empty(), "{:?}", r.plan.ops);
     }
 }
@@ -316,7 +320,7 @@ proptest! {
         runtime.block_on(async {
             let mut cl = cluster(vec![], vec![]);
             for c in &start {
-                apply(&mut cl, c);
+                apply(&mut cl, c, &mut Changes::default());
             }
             let gate = ReadGate::closed();
             let mut s = Syncer::new(gated(&gate), config());
