@@ -5,6 +5,7 @@
 //! `ipset` and `iptables-save`.
 
 mod fake_apiserver;
+mod history;
 mod node;
 mod reliability;
 
