@@ -136,10 +136,13 @@ pub fn run(
             shell_quote(&dir.to_string_lossy())
         ));
     }
-    // The reliability suite's knobs (RELIABILITY_OUTAGE_SECS...) and the differential
-    // corpus's (PEERS_SCENARIOS) reach the tests.
+    // The reliability suite's knobs (RELIABILITY_OUTAGE_SECS...), the differential
+    // corpus's (PEERS_SCENARIOS) and the random histories' seed (HISTORY_SEED) reach the
+    // tests.
     for (key, value) in std::env::vars() {
-        if (key.starts_with("RELIABILITY_") || key.starts_with("PEERS_"))
+        if ["RELIABILITY_", "PEERS_", "HISTORY_"]
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
             && key
                 .bytes()
                 .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
