@@ -1,5 +1,5 @@
 //! The API-server source: list/watch of Services, EndpointSlices and the agent's own Node,
-//! turned into [`Cluster`] snapshots.
+//! turned into [`Cluster`](crate::model::snapshot::cluster::Cluster) snapshots.
 //!
 //! Each kind has a kube-runtime [`watcher()`], selected on the server the way kube-proxy's
 //! informers are: Services with [`SERVICE_SELECTOR`] and EndpointSlices with [`SLICE_SELECTOR`]
@@ -10,8 +10,9 @@
 //! server sends.
 //!
 //! Level-triggered: an event only updates its store and marks the snapshot dirty; a fresh
-//! [`Cluster`] is built from the stores and published on the `watch` channel at most once per
-//! [`Watches::coalesce`] period (a lone event after a quiet period is published at once).
+//! [`Cluster`](crate::model::snapshot::cluster::Cluster) is built from the stores and
+//! published on the `watch` channel at most once per [`Watches::coalesce`] period (a lone
+//! event after a quiet period is published at once).
 //! Nothing is published before every watcher has listed once, so the channel holds `None`
 //! until the cache is complete; an empty cache never means "delete everything".
 //!
