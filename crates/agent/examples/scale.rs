@@ -1439,7 +1439,7 @@ fn print_table(kernel: &str, rows: &[Row]) {
     );
     let _ = writeln!(
         t,
-        "| N | VS / dests / addrs / set entries | T_raw (ipset + ip + iptables + ipvsadm) | T_agent cold | ratio | desired + plan (pure) | first service | share | change med / p99 (ms) | of which pure / kernel apply med (ms) | kernel apply p99 (ms) | no-op resync | T_dump (ipvsadm -Sn + ipset save + ip addr) | ratio | peak RSS (MiB) | bytes/Service | msgs cold / change | ip -batch addr vs route local |"
+        "| N | VS / dests / addrs / set entries | T_raw (ipset + ip + iptables + ipvsadm) | T_agent cold | ratio | desired + plan (pure) | first service | share | change med / p99 (ms) | a whole recomputation's pure stages / the change's kernel apply, med (ms) | kernel apply p99 (ms) | no-op resync | T_dump (ipvsadm -Sn + ipset save + ip addr) | ratio | peak RSS (MiB) | bytes/Service | msgs cold / change | ip -batch addr vs route local |"
     );
     let _ = writeln!(t, "|{}", "---|".repeat(18));
     for r in rows {

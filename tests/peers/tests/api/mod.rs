@@ -241,11 +241,24 @@ impl Cluster {
     /// Every object of `kind` in every namespace, as JSON.
     pub fn list_all(&self, kind: &str) -> Result<Vec<serde_json::Value>> {
         self.rt.block_on(async {
-            let items = self
-                .api(kind, None)
-                .list(&ListParams::default())
-                .await?
-                .items;
+            let api = self.api(kind, None);
+            // A read is safe to repeat: under a loaded lab the API server's connection can
+            // close before it answers (a corpus run lost a scenario at its start to that).
+            let mut tries = 0;
+            let items = loop {
+                tries += 1;
+                match api.list(&ListParams::default()).await {
+                    Ok(list) => break list.items,
+                    Err(kube::Error::Api(e)) => return Err(kube::Error::Api(e).into()),
+                    Err(e) if tries < 3 => {
+                        eprintln!("listing {kind}s: {e}; trying again");
+                        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("listing {kind}s, {tries} tries"));
+                    }
+                }
+            };
             items
                 .into_iter()
                 .map(|o| Ok(serde_json::to_value(o)?))
