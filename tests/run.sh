@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks format, lints, builds the docs, runs the
-# host tests, builds the upstream peers, then the kernel tests inside two lab VMs at once (the
-# differential corpus's ci scenarios with a real control plane on the host in one, the other
-# kernel tests in the other), then Kubernetes' Conformance Services tests on a real cluster in
-# the lab. Prints the lab's boot time and the total.
+# host tests, builds the upstream peers, then the kernel tests inside the lab VM (with a real
+# control plane on the host and the differential corpus's ci scenarios), then Kubernetes'
+# Conformance Services tests on a real cluster in the lab. Prints the lab's boot time and the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -42,33 +41,14 @@ mkdir -p target
 nice -n 19 bash tests/cluster/build.sh >target/cluster-build.log 2>&1 &
 cluster_build=$!
 trap 'kill "$cluster_build" 2>/dev/null || true' EXIT
-step "kernel tests in the lab: two VMs at once, the differential corpus's ci scenarios and the end-to-end tests against the real control plane in one, every other kernel test in the other"
-# One build and one image for both VMs (each would wait on cargo's lock for the other).
-cargo run --quiet -p lab -- image >/dev/null
-cargo test --quiet --no-run --all-features --workspace --test lab --examples --profile labtest
-# The peers' tests mostly wait on the API server and on the programs' syncs, which leaves the
-# cores to the other VM's tests: at once, the two take about the time of the longer.
+step "kernel tests in the lab (with the real control plane; the differential corpus's ci scenarios)"
 # 2 GiB: the payload carries upstream kube-proxy, which the corpus runs beside the agent.
-cargo run --quiet -p lab -- test --release --memory 2048 --run peers >target/lab-peers.log 2>&1 &
-peers_vm=$!
-trap 'kill "$cluster_build" "$peers_vm" 2>/dev/null || true' EXIT
 # The two longest reliability tests run scaled down, to keep CI within its time: a cold sync of
 # 5,000 Services killed at 10 points (instead of 10,000 at 20: 944 s alone) and an API server
 # outage of 60 s (instead of 300). Their reliability table goes to target/RELIABILITY.md; the
 # committed RELIABILITY.md comes from the whole run (CONTRIBUTING.md, "The reliability table").
-rc=0
 RELIABILITY_CRASH_SERVICES=5000 RELIABILITY_CRASH_POINTS=10 RELIABILITY_OUTAGE_SECS=60 \
-    cargo run --quiet -p lab -- test --release --memory 2048 --reliability-table target/RELIABILITY.md \
-    --run ipvs-netlink --run lab --run kube-proxy-ipvs-agent || rc=1
-peers_rc=0
-wait "$peers_vm" || peers_rc=1
-step "the peers' VM (its output, target/lab-peers.log)"
-cat target/lab-peers.log
-verdict() { if (($1)); then echo failed; else echo passed; fi; }
-if ((rc || peers_rc)); then
-    echo "kernel tests: the peers' VM $(verdict $peers_rc), the other tests' VM $(verdict $rc)" >&2
-    exit 1
-fi
+    cargo run --quiet -p lab -- test --release --memory 2048 --reliability-table target/RELIABILITY.md
 step "the lab cluster: a real kubelet runs the agent's image from deploy/, Kubernetes' Conformance Services tests judge it (tests/cluster, one node)"
 if ! wait "$cluster_build"; then
     tail -30 target/cluster-build.log >&2

@@ -171,7 +171,7 @@ t=$SECONDS
 # compile again), instead of a release build.
 profile=${CARGO_PROFILE:-release}
 if [[ $profile == labtest ]]; then
-    (cd "$root" && cargo test --no-run --quiet --all-features --workspace --test lab --examples --profile labtest)
+    (cd "$root" && cargo test --no-run --quiet --all-features --workspace --profile labtest)
 else
     (cd "$root" && cargo build --profile "$profile" --locked -p kube-proxy-ipvs-agent)
 fi

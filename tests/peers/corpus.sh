@@ -24,7 +24,7 @@ commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- crates tests/peers README.md || commit+=" with local changes"
 # Build once, before the VMs start (they would wait on cargo's lock in turn).
 cargo build --quiet --profile labtest -p lab
-cargo test --quiet --no-run --all-features --test lab --examples --profile labtest -p peers -p kube-proxy-ipvs-agent 2>/dev/null
+cargo test --quiet --no-run --all-features --profile labtest -p peers -p kube-proxy-ipvs-agent 2>/dev/null
 start=$(date +%s)
 logs=()
 for ((j = 0; j < jobs; j++)); do

@@ -45,11 +45,6 @@ enum Cmd {
         /// Only these packages (repeatable).
         #[arg(short, long = "package")]
         packages: Vec<String>,
-        /// Run only these packages' test binaries (repeatable); the build is still that of
-        /// every package (or of `--package`), so that VMs running shares of the tests at once
-        /// share one build.
-        #[arg(long = "run", value_name = "PACKAGE")]
-        run_only: Vec<String>,
         /// Build the tests optimized (the `labtest` profile: release with debug assertions and
         /// overflow checks), so that the emulated CPU spends its time in the kernel, not in
         /// unoptimized code; this is how `tests/run.sh` runs them.
@@ -184,7 +179,6 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
         Cmd::Test {
             vm: args,
             packages,
-            run_only,
             release,
             control_plane,
             executables,
@@ -194,17 +188,6 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
             let image = Image::ensure()?;
             let mut build = suite::build(&packages, release)?;
             build.programs.extend(executables);
-            if let Some(missing) = run_only
-                .iter()
-                .find(|p| !build.tests.iter().any(|t| &t.package == *p))
-            {
-                return Err(lab::Error::Setup(format!(
-                    "--run {missing}: no such package has a `lab` test target"
-                )));
-            }
-            if !run_only.is_empty() {
-                build.tests.retain(|t| run_only.contains(&t.package));
-            }
             if build.tests.is_empty() {
                 return Err(lab::Error::Setup(
                     "no package has a `lab` test target".into(),

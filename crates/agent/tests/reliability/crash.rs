@@ -475,7 +475,7 @@ fn partial() -> [usize; 4] {
 }
 
 #[test]
-fn a_cold_sync_killed_at_many_points_converges_exactly() {
+fn cold_sync_killed_at_many_points_converges_exactly() {
     let mut row = Row::new("crash", "kill -9 during a cold sync, restart");
     let started = Instant::now();
     let seed = seed();
