@@ -23,7 +23,7 @@ fi
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- crates tests/peers README.md || commit+=" with local changes"
 # Build once, before the VMs start (they would wait on cargo's lock in turn).
-cargo build --quiet --profile labtest -p lab
+cargo build --quiet -p lab
 cargo test --quiet --no-run --all-features --profile labtest -p peers -p kube-proxy-ipvs-agent 2>/dev/null
 start=$(date +%s)
 logs=()

@@ -104,7 +104,7 @@ pub fn build(packages: &[String], release: bool) -> Result<Build> {
                 source: PathBuf::from(target["src_path"].as_str().unwrap_or_default()),
                 executable: PathBuf::from(exe),
             });
-        } else if msg["profile"]["test"] != true
+        } else if msg["profile"]["test"] != true // not a binary's unit-test harness
             && kinds.iter().any(|k| *k == "bin" || *k == "example")
         {
             build.programs.push(PathBuf::from(exe));

@@ -479,10 +479,7 @@ fn healthz() -> u16 {
 
 #[test]
 fn an_api_server_outage_keeps_the_last_good_state_and_converges_after() {
-    let secs: u64 = std::env::var("RELIABILITY_OUTAGE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    let secs: u64 = super::knob("RELIABILITY_OUTAGE_SECS", 300);
     let outage = Duration::from_secs(secs);
     let mut row = Row::new("api", "outage of the API server");
     let node = Node::new("outage", 3);

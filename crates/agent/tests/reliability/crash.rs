@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use lab::guest::{Netns, sh};
 use lab::report::Row;
 
+use super::knob;
 use crate::node::{AGENT, kernel_state};
 
 /// Services in the cold sync: `RELIABILITY_CRASH_SERVICES`, else 10,000.
@@ -41,16 +42,6 @@ fn services() -> usize {
 /// Kill points: `RELIABILITY_CRASH_POINTS`, else 20 (the issue asks for at least 20).
 fn points() -> u32 {
     knob("RELIABILITY_CRASH_POINTS", 20)
-}
-
-fn knob<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?}: not a number")),
-        Err(_) => default,
-    }
 }
 
 /// Services removed while the agent is dead: NodePorts with three endpoints (`i % 30 == 3`),
