@@ -209,9 +209,24 @@ pub fn run(
     let mut boot = None;
     let mut exit_code = None;
     let deadline = start + config.timeout;
+    let mut next_look = start + LOCKUP_LOOK;
     loop {
+        if Instant::now() >= next_look {
+            next_look = Instant::now() + LOCKUP_LOOK;
+            let console = std::fs::read_to_string(&console_log).unwrap_or_default();
+            if let Some(secs) = stuck_secs(&console).filter(|s| *s >= LOCKUP_LIMIT_SECS) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Failed(format!(
+                    "the guest kernel locked up (a CPU stuck for {secs} s); kernel log ({}): {}",
+                    console_log.display(),
+                    tail(&console_log)
+                )));
+            }
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
+        match rx.recv_timeout(left.min(LOCKUP_LOOK)) {
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => continue,
             Ok(raw) => {
                 boot.get_or_insert_with(|| start.elapsed());
                 let line = String::from_utf8_lossy(&raw);
@@ -264,8 +279,58 @@ fn concat(parts: &[&Path], out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How often the kernel console is looked at for a locked-up CPU.
+const LOCKUP_LOOK: Duration = Duration::from_secs(30);
+
+/// A guest CPU stuck this long in its kernel ends the run. Twice under emulation (Debian's
+/// 6.1.192, `-M pc`) one never came back, and its VM would have run to its time limit (four
+/// hours for the bench); shorter stalls of a loaded emulation pass.
+const LOCKUP_LIMIT_SECS: u64 = 300;
+
+/// The longest stall the kernel's watchdog reported (`BUG: soft lockup - CPU#1 stuck for 45s!`).
+fn stuck_secs(console: &str) -> Option<u64> {
+    console
+        .lines()
+        .filter_map(|l| {
+            l.split_once("soft lockup - CPU#")?
+                .1
+                .split_once("stuck for ")?
+                .1
+                .split_once('s')
+        })
+        .filter_map(|(secs, _)| secs.parse().ok())
+        .max()
+}
+
 fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of a lab VM's console on 2026-11-29 (kernel 6.1.0-57-cloud-amd64), as it wrote them.
+    const LOCKED: &str = "\
+[   60.045025] rcu: \tPossible timer handling issue on cpu=1 timer-softirq=1957
+[   85.097629] watchdog: BUG: soft lockup - CPU#1 stuck for 45s! [scale:524]
+[  243.333355] INFO: task iptables-nft-re:539 blocked for more than 120 seconds.
+[ 3453.097253] watchdog: BUG: soft lockup - CPU#1 stuck for 3181s! [scale:524]
+[ 3425.097249] watchdog: BUG: soft lockup - CPU#1 stuck for 3155s! [scale:524]
+";
+
+    #[test]
+    fn the_longest_stall_on_the_console_is_found() {
+        assert_eq!(stuck_secs(LOCKED), Some(3181));
+        assert_eq!(
+            stuck_secs(&LOCKED[..LOCKED.find("[  243").unwrap()]),
+            Some(45)
+        );
+        assert_eq!(
+            stuck_secs("[    3.3] Bridge firewalling registered\n"),
+            None
+        );
+    }
 }
