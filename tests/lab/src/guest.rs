@@ -74,6 +74,21 @@ pub fn in_netns<R: Send + 'static>(body: impl FnOnce() -> R + Send + 'static) ->
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
+/// A knob of a test run: `name` from the environment (`lab test` passes the host's
+/// `RELIABILITY_*`, `PEERS_*` and `HISTORY_*` into the VM), else `built`, its value when the
+/// test was built (`option_env!`, for a test binary run apart). Unset or empty is `None`; a
+/// value that does not parse panics, naming it, rather than run another size or seed.
+pub fn knob<T: std::str::FromStr>(name: &str, built: Option<&str>) -> Option<T> {
+    let value = std::env::var(name)
+        .ok()
+        .or(built.map(str::to_string))
+        .filter(|v| !v.trim().is_empty())?;
+    match value.trim().parse() {
+        Ok(v) => Some(v),
+        Err(_) => panic!("{name}={value:?}: not a {}", std::any::type_name::<T>()),
+    }
+}
+
 /// Runs `script` with `/bin/sh -c` and returns its standard output; panics with the command,
 /// its status and its standard error when it fails.
 pub fn sh(script: &str) -> String {
@@ -159,5 +174,27 @@ impl Drop for NamedNetns {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::knob;
+
+    // A name no environment sets, so only `built` speaks.
+    const UNSET: &str = "LAB_GUEST_TESTS_A_KNOB_NOBODY_SETS";
+
+    #[test]
+    fn a_knob_falls_back_on_its_built_value_and_treats_empty_as_unset() {
+        assert_eq!(knob::<u32>(UNSET, None), None);
+        assert_eq!(knob::<u32>(UNSET, Some(" 7 ")), Some(7));
+        assert_eq!(knob::<u32>(UNSET, Some("  ")), None);
+        assert_eq!(knob::<String>(UNSET, Some("a,b")).as_deref(), Some("a,b"));
+    }
+
+    #[test]
+    #[should_panic(expected = "LAB_GUEST_TESTS_A_KNOB_NOBODY_SETS=\"3000s\": not a u64")]
+    fn a_knob_that_does_not_parse_names_itself() {
+        knob::<u64>(UNSET, Some("3000s"));
     }
 }

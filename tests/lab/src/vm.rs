@@ -312,7 +312,8 @@ fn tail(log: &Path) -> String {
 mod tests {
     use super::*;
 
-    /// Lines of a lab VM's console on 2026-11-29 (kernel 6.1.0-57-cloud-amd64), as it wrote them.
+    /// Lines picked from a lab VM's console on 2026-11-29 (kernel 6.1.0-57-cloud-amd64), in the
+    /// order it printed them: the longest stall is not always the last line.
     const LOCKED: &str = "\
 [   60.045025] rcu: \tPossible timer handling issue on cpu=1 timer-softirq=1957
 [   85.097629] watchdog: BUG: soft lockup - CPU#1 stuck for 45s! [scale:524]

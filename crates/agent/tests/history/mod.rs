@@ -1126,13 +1126,9 @@ fn history(seed: u64, steps: usize) {
     );
 }
 
-/// `HISTORY_SEED` in the guest's environment (`lab test` passes it) or as it was when the
-/// test was built.
+/// `HISTORY_SEED`, if set.
 fn seed_from_env() -> Option<u64> {
-    let seed = std::env::var("HISTORY_SEED")
-        .ok()
-        .or(option_env!("HISTORY_SEED").map(str::to_string))?;
-    Some(seed.trim().parse().expect("HISTORY_SEED is a number"))
+    lab::guest::knob("HISTORY_SEED", option_env!("HISTORY_SEED"))
 }
 
 #[test]

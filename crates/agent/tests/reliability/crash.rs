@@ -283,19 +283,14 @@ impl Rng {
     }
 }
 
-/// The seed: `RELIABILITY_SEED` in the guest's environment or, since `lab test` does not pass
-/// the host's environment into the VM, as it was when the test was built; else the clock.
+/// The seed: `RELIABILITY_SEED` (a seed that does not parse fails the test), else the clock.
 fn seed() -> u64 {
-    std::env::var("RELIABILITY_SEED")
-        .ok()
-        .or(option_env!("RELIABILITY_SEED").map(str::to_string))
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
+    lab::guest::knob("RELIABILITY_SEED", option_env!("RELIABILITY_SEED")).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    })
 }
 
 /// A fresh network namespace with a node address (a veth pair, both ends here) for the

@@ -10,14 +10,7 @@ mod privilege;
 mod refusals;
 mod restart;
 
-/// A size the test command scales down (`RELIABILITY_*`, passed into the VM by `lab test`), else
-/// `default`; a value that does not parse fails the test rather than run another size.
+/// A size the test command scales down (`RELIABILITY_*`), else `default`.
 fn knob<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?}: not a number")),
-        Err(_) => default,
-    }
+    lab::guest::knob(name, None).unwrap_or(default)
 }

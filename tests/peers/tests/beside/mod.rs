@@ -151,10 +151,7 @@ struct Settings {
 }
 
 fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.into())
+    lab::guest::knob(key, None).unwrap_or_else(|| default.into())
 }
 
 fn settings() -> Settings {
@@ -165,19 +162,17 @@ fn settings() -> Settings {
             .filter(|s| !s.is_empty())
             .collect()
     };
-    let secs = |key: &str, default: &str| {
-        Duration::from_secs(env_or(key, default).parse().expect("seconds"))
+    let secs = |key: &str, default: u64| {
+        Duration::from_secs(lab::guest::knob(key, None).unwrap_or(default))
     };
     Settings {
         sizes: list("PEERS_BESIDE_SIZES", "1000")
             .iter()
             .map(|s| s.parse().expect("PEERS_BESIDE_SIZES: N,N,..."))
             .collect(),
-        changes: env_or("PEERS_BESIDE_CHANGES", "100")
-            .parse()
-            .expect("PEERS_BESIDE_CHANGES"),
-        change_limit: secs("PEERS_BESIDE_CHANGE_SECS", "900"),
-        cold_limit: secs("PEERS_BESIDE_COLD_SECS", "1800"),
+        changes: lab::guest::knob("PEERS_BESIDE_CHANGES", None).unwrap_or(100),
+        change_limit: secs("PEERS_BESIDE_CHANGE_SECS", 900),
+        cold_limit: secs("PEERS_BESIDE_COLD_SECS", 1800),
         programs: list("PEERS_BESIDE_PROGRAMS", "agent,ipvs,nftables")
             .iter()
             .map(|p| match p.as_str() {

@@ -136,13 +136,12 @@ fn e2e_a_watch_made_too_old_by_a_compaction_relists() {
 #[test]
 fn e2e_a_burst_of_objects_is_programmed_whole() {
     // Services, each with one slice: `PEERS_BURST_SERVICES`, else 2,500 (5,000 objects).
-    let n: usize = match std::env::var("PEERS_BURST_SERVICES") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("PEERS_BURST_SERVICES={v:?}: not a number")),
-        Err(_) => 2500,
-    };
+    let n: usize = lab::guest::knob("PEERS_BURST_SERVICES", None).unwrap_or(2500);
+    // `numbered` puts Service i at 10.96.(100 + i / 250): the count below reads 10.96.1xx.
+    assert!(
+        (1..=25_000).contains(&n),
+        "PEERS_BURST_SERVICES={n}: between 1 and 25,000"
+    );
     let (_guard, cp, cluster, _ns) = connect();
     let s = base("e2e-burst");
     // The agent alone: upstream kube-proxy under emulation would take the run's whole budget.
