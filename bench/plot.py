@@ -518,6 +518,7 @@ def table(r):
              "| key in `bench/results.json` | what (the agent's) | this run | target | |",
              "|---|---|---|---|---|"]
     derived = False
+    met, missed, unmeasured = 0, [], []
     for key, what, unit, bound, derive in TARGETS:
         v = _num(r, key)
         mark = ""
@@ -530,8 +531,20 @@ def table(r):
         else:
             shown = f"{v:.1f} MiB" if unit == "MiB" else f"{v:.3f}"
             status = "met" if v <= bound else "**missed**"
+        if v is None:
+            unmeasured.append(f"`{key}`")
+        elif v <= bound:
+            met += 1
+        else:
+            missed.append(f"`{key}`")
         limit = f"<= {bound:g} MiB" if unit == "MiB" else f"<= {bound}"
         lines.append(f"| `{key}` | {what} | {shown}{mark} | {limit} | {status} |")
+    summary = f"**{met} of {len(TARGETS)} targets met**"
+    if missed:
+        summary += "; missed: " + ", ".join(missed)
+    if unmeasured:
+        summary += "; not measured: " + ", ".join(unmeasured)
+    lines += ["", summary + "."]
     if derived:
         lines += ["", "¹ Computed by `bench/plot.py` from the per-N figures in the same file "
                   "(`scale`, `beside`): the key itself is missing or null there."]

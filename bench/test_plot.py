@@ -74,6 +74,7 @@ class Plot(unittest.TestCase):
                 table = plot.table(results)
                 self.assertEqual(table.count("\n| `"), len(plot.TARGETS))
         self.assertIn("not recorded", plot.table({}))
+        self.assertIn(f"**0 of {len(plot.TARGETS)} targets met**; not measured: `", plot.table({}))
         self.assertIn("scale bench at commit abc1234", plot.table(SPARSE[-1]))
         self.assertIn("beside bench at commit def5678", plot.table(SPARSE[-1]))
 
@@ -100,6 +101,11 @@ class Plot(unittest.TestCase):
         self.assertTrue(rows["kube_proxy_cold_ratio_10k"].endswith("| **missed** |"))
         self.assertIn("39.9 MiB", rows["rss_mib_10k"])
         self.assertTrue(rows["nftables_rss_ratio_10k"].endswith("| not measured |"))
+        summary = next(ln for ln in plot.table({
+            "cold_sync_ratio_10k": 1.0, "kube_proxy_cold_ratio_10k": 0.2858, "rss_mib_10k": 39.9,
+        }).splitlines() if "targets met" in ln)
+        self.assertTrue(summary.startswith(f"**2 of {len(plot.TARGETS)} targets met**; missed: "
+                                           "`kube_proxy_cold_ratio_10k`; not measured: "), summary)
 
     def test_a_missing_key_is_computed_from_the_per_n_figures_and_marked(self):
         results = {"scale": {"10000": {"first_service_s": 1.0, "t_raw_s": 40.0}}}
