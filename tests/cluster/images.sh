@@ -19,7 +19,9 @@
 #   kube-proxy.tar       registry.k8s.io/kube-proxy:v1.37.2: upstream kube-proxy at
 #                        /usr/local/bin/kube-proxy with what its IPVS mode execs: iptables
 #                        (legacy and nft), ipset, conntrack, kmod (upstream's base,
-#                        distroless-iptables, cannot be pulled)
+#                        distroless-iptables, cannot be pulled); and ipvsadm, iproute2 and
+#                        curl, which kube-proxy never runs: run.sh's capture pods read each
+#                        node's state with them, whichever proxy runs
 #   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
 #                        (BUILDER=rootfs unless BUILDER says otherwise)
 #
@@ -150,7 +152,7 @@ fi
 
 # --- kube-proxy ------------------------------------------------------------------------------
 t=$SECONDS
-debian --lower "${agent_pkgs[*]}" ipset conntrack
+debian --lower "${agent_pkgs[*]}" ipset conntrack ipvsadm iproute2 curl
 key=$(inputs_key "$kube_proxy_bin" "${layers[@]}")
 if ! fresh kube-proxy "$key"; then
     d=$work/kube-proxy
@@ -159,7 +161,8 @@ if ! fresh kube-proxy "$key"; then
     install -m 0755 "$kube_proxy_bin" "$d/usr/local/bin/kube-proxy"
     "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
         /usr/local/bin/kube-proxy --version && iptables-legacy --version && iptables-nft --version &&
-        ip6tables-legacy --version && ipset --version && conntrack --version && modprobe --version' >&2
+        ip6tables-legacy --version && ipset --version && conntrack --version && modprobe --version &&
+        command -v ipvsadm && ip -V && curl --version >/dev/null' >&2
     image kube-proxy --tag registry.k8s.io/kube-proxy:v1.37.2 "${layers[@]}" "$d"
     built kube-proxy "$key" "$t"
 fi

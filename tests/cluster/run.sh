@@ -18,7 +18,11 @@
 #                        [--out DIR] [--keep] [--swap] [--no-e2e] [--procs N] [--slot N]
 #
 #   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
-#   --out           where the junit report and logs go (default target/cluster/out/PROXY)
+#   --out           where the junit report and logs go (default target/cluster/out/PROXY),
+#                   with samples/node-N.txt (each node's proxy every 30 s: /healthz and its
+#                   sync metrics) and, when a test failed, state/node-N.txt (each node's IPVS,
+#                   ipsets, kube-ipvs0, iptables and proxy metrics, read after the run while
+#                   the failed tests' namespaces stay)
 #   --keep          leave the cluster up at the end (Enter tears it down)
 #   --swap          after the e2e run, the swap under traffic (tests/cluster/swap-traffic.sh;
 #                   with --proxy kube-proxy): to the agent, the Conformance Services tests,
@@ -46,7 +50,7 @@ while [[ $# -gt 0 ]]; do
         --no-e2e) e2e=0; shift ;;
         --procs) procs=$2; shift 2 ;;
         --slot) slot=$2; shift 2 ;;
-        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -252,7 +256,8 @@ say "$nodes node(s) Ready"
 case $proxy in
     agent)
         kubectl apply -f deploy/rbac.yaml >/dev/null
-        sed "s|CLUSTER_CIDR_PLACEHOLDER|$pod_cidr|; s|APISERVER_PLACEHOLDER|https://$api_ip:6443|" \
+        # The metrics on the node's address, as for kube-proxy: the host samples them.
+        sed "s|CLUSTER_CIDR_PLACEHOLDER|$pod_cidr|; s|APISERVER_PLACEHOLDER|https://$api_ip:6443|; s|metricsBindAddress: 127.0.0.1:10249|metricsBindAddress: 0.0.0.0:10249|" \
             deploy/configmap.yaml | kubectl apply -f - >/dev/null
         kubectl apply -f deploy/daemonset.yaml >/dev/null
         ds=kube-proxy-ipvs
@@ -271,6 +276,56 @@ fi
 say "$proxy Ready on every node"
 kubectl -n kube-system get pods -o wide >"$out/kube-system-pods.txt"
 
+# --- what the proxy did, for the tests that fail -----------------------------------------
+# Every 30 s, each node's proxy as the host sees it: /healthz (its lastUpdated) and its sync
+# metrics, so that a failure can be set against the proxy's syncs around it.
+mkdir -p "$out/samples"
+(
+    set +e # a proxy that does not answer is a sample too
+    while :; do
+        for i in $(seq "$nodes"); do
+            {
+                echo "# $(date -u +%FT%TZ)"
+                curl -s -m 5 "http://$net.1$i:10256/healthz" && echo
+                curl -s -m 5 "http://$net.1$i:10249/metrics" |
+                    grep -E '^kubeproxy_(sync_proxy_rules_(duration_seconds_(sum|count)|last_timestamp_seconds|last_queued_timestamp_seconds|(service|endpoint)_changes_(pending|total))|network_programming_duration_seconds_(sum|count))'
+            } >>"$out/samples/node-$i.txt" 2>&1
+        done
+        sleep 30
+    done
+) &
+pids+=($!)
+# capture DIR: each node's kernel state (IPVS, ipsets, kube-ipvs0, iptables) and its proxy's
+# /healthz and metrics, read by a privileged host-network pod on the node (the kube-proxy
+# image, which carries the tools), whichever proxy runs there.
+capture() {
+    local dir=$1 i
+    mkdir -p "$dir"
+    kubectl create namespace lab-capture >/dev/null 2>&1 || true
+    for i in $(seq "$nodes"); do
+        kubectl -n lab-capture get pod "capture-node-$i" >/dev/null 2>&1 ||
+            kubectl -n lab-capture run "capture-node-$i" --image=registry.k8s.io/kube-proxy:v1.37.2 \
+                --image-pull-policy=IfNotPresent --restart=Never --overrides="{\"spec\": {\"nodeName\": \"node-$i\", \"hostNetwork\": true, \"tolerations\": [{\"operator\": \"Exists\"}], \"containers\": [{\"name\": \"capture\", \"image\": \"registry.k8s.io/kube-proxy:v1.37.2\", \"command\": [\"sleep\", \"infinity\"], \"securityContext\": {\"privileged\": true}}]}}" \
+                >/dev/null
+    done
+    for i in $(seq "$nodes"); do
+        # shellcheck disable=SC2016 # for the pod's shell
+        if kubectl -n lab-capture wait --for=condition=Ready "pod/capture-node-$i" --timeout=300s >/dev/null &&
+            kubectl -n lab-capture exec "capture-node-$i" -- sh -c '
+                echo "# $(date -u +%FT%TZ) ipvsadm -Ln"; ipvsadm -Ln
+                echo "# ip addr show kube-ipvs0"; ip addr show kube-ipvs0
+                echo "# ipset list"; ipset list
+                echo "# iptables-save"; iptables-save
+                echo "# /healthz"; curl -s -m 5 127.0.0.1:10256/healthz; echo
+                echo "# metrics"; curl -s -m 5 127.0.0.1:10249/metrics | grep "^kubeproxy_"' \
+                >"$dir/node-$i.txt" 2>&1; then
+            continue
+        fi
+        say "capture: node-$i unreadable (see $dir/node-$i.txt)"
+    done
+    kubectl get services,endpointslices -A -o wide >"$dir/services.txt" 2>&1 || true
+}
+
 # --- Kubernetes' own tests -----------------------------------------------------------------
 # e2e FOCUS SKIP DIR: e2e.test against the cluster, its junit report and log into DIR.
 e2e() {
@@ -282,7 +337,7 @@ e2e() {
     "$bins/ginkgo" --procs="$procs" --no-color --timeout=3h --focus="$1" --skip="$2" \
         "$bins/e2e.test" -- --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
         --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$3" \
-        --disable-log-dump --minStartupPods=0 \
+        --disable-log-dump --minStartupPods=0 --delete-namespace-on-failure=false \
         --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 &
     # In the background and waited for: a signal to this script then stops it at once
     # (bash runs traps only between foreground commands), and the clean-up stops ginkgo.
@@ -290,6 +345,12 @@ e2e() {
     wait "$!" || rc=$?
     grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$3/e2e.log" | tail -n 40 >&2 || true
     say "e2e exit $rc"
+    # A failed test keeps its namespace (--delete-namespace-on-failure=false): its Services
+    # are still there to be looked for in each node's state.
+    if [[ $rc != 0 ]]; then
+        say "e2e: capturing each node's state into $3/state"
+        capture "$3/state"
+    fi
     return "$rc"
 }
 if [[ -z "$focus" ]]; then focus=$(grep -v '^#' "$here/focus.txt" | paste -sd'|'); fi
@@ -308,7 +369,7 @@ if [[ $swap == 1 ]]; then
     # Between the two swaps the agent serves the cluster kube-proxy set up: the Conformance
     # Services tests judge it there too.
     cargo build --quiet -p kube-proxy-ipvs-agent
-    export -f e2e say
+    export -f e2e say capture kubectl
     export bins run peers nodes start procs
     bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" \
         "$root/target/debug/kube-proxy-ipvs" -- \
