@@ -15,14 +15,17 @@
 #                       (tests/cluster/kube-proxy.yaml)
 #
 #   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--focus RE] [--skip RE]
-#                        [--out DIR] [--keep] [--swap] [--no-e2e] [--procs N] [--slot N]
+#                        [--out DIR] [--keep] [--keep-failed] [--swap] [--no-e2e] [--procs N]
+#                        [--slot N]
 #
 #   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY),
 #                   with samples/node-N.txt (each node's proxy every 30 s: /healthz and its
 #                   sync metrics) and, when a test failed, state/node-N.txt (each node's IPVS,
-#                   ipsets, kube-ipvs0, iptables and proxy metrics, read after the run while
-#                   the failed tests' namespaces stay)
+#                   ipsets, kube-ipvs0, iptables and proxy metrics, read after the run)
+#   --keep-failed   failed tests keep their namespaces, so that the state read after the run
+#                   still holds their Services (a diagnosis: their pods load the nodes for the
+#                   rest of the run, more on the side that fails more; off for comparisons)
 #   --keep          leave the cluster up at the end (Enter tears it down)
 #   --swap          after the e2e run, the swap under traffic (tests/cluster/swap-traffic.sh;
 #                   with --proxy kube-proxy): to the agent, the Conformance Services tests,
@@ -37,7 +40,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 focus='' skip='' out='' keep=0 swap=0 e2e=1 procs=4 slot=0
+proxy=agent nodes=2 focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -46,11 +49,12 @@ while [[ $# -gt 0 ]]; do
         --skip) skip=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --keep) keep=1; shift ;;
+        --keep-failed) delete_failed=false; shift ;;
         --swap) swap=1; shift ;;
         --no-e2e) e2e=0; shift ;;
         --procs) procs=$2; shift 2 ;;
         --slot) slot=$2; shift 2 ;;
-        -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -337,7 +341,7 @@ e2e() {
     "$bins/ginkgo" --procs="$procs" --no-color --timeout=3h --focus="$1" --skip="$2" \
         "$bins/e2e.test" -- --kubeconfig="$run/admin.kubeconfig" --provider=skeleton \
         --kubectl-path="$peers/kubectl" --num-nodes="$nodes" --report-dir="$3" \
-        --disable-log-dump --minStartupPods=0 --delete-namespace-on-failure=false \
+        --disable-log-dump --minStartupPods=0 --delete-namespace-on-failure="$delete_failed" \
         --e2e-verify-service-account=false >"$3/e2e.log" 2>&1 &
     # In the background and waited for: a signal to this script then stops it at once
     # (bash runs traps only between foreground commands), and the clean-up stops ginkgo.
@@ -345,8 +349,7 @@ e2e() {
     wait "$!" || rc=$?
     grep -E '^(Ran |FAIL|PASS|SUCCESS|\[FAIL\])' "$3/e2e.log" | tail -n 40 >&2 || true
     say "e2e exit $rc"
-    # A failed test keeps its namespace (--delete-namespace-on-failure=false): its Services
-    # are still there to be looked for in each node's state.
+    # With --keep-failed the failed tests' Services are still there to be looked for.
     if [[ $rc != 0 ]]; then
         say "e2e: capturing each node's state into $3/state"
         capture "$3/state"
@@ -370,7 +373,7 @@ if [[ $swap == 1 ]]; then
     # Services tests judge it there too.
     cargo build --quiet -p kube-proxy-ipvs-agent
     export -f e2e say capture kubectl
-    export bins run peers nodes start procs
+    export bins run peers nodes start procs delete_failed
     bash "$here/swap-traffic.sh" "$run/admin.kubeconfig" "$peers/kubectl" "$out" \
         "$root/target/debug/kube-proxy-ipvs" -- \
         bash -c 'e2e "\[sig-network\] Services.*\[Conformance\]" "$1" "$2"' _ "$skip" "$out/swapped" || rc=$?
