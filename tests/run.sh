@@ -29,6 +29,8 @@ step "the documentation (each flag, file, test, metric and link the README, CONT
 bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md
 step "the benchmark page (bench/plot.py draws on any results file; BENCHMARKS.md's table and bench/*.svg are bench/results.json's)"
 python3 -m unittest discover -s bench -q
+step "the e2e comparison's records and page (tests/cluster/report.py merges only records of one build)"
+python3 -m unittest discover -s tests/cluster -q
 step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
 bash tests/peers/build.sh >/dev/null
 step "kube-proxy's command line: every flag of the real kube-proxy's --help, and its feature gates"

@@ -1,34 +1,36 @@
 #!/bin/bash
-# The whole e2e comparison on the lab cluster (two nodes): Kubernetes' Services and
-# Networking service tests against upstream kube-proxy in IPVS mode, then the swap under
-# traffic (to the agent, the Conformance Services tests on the swapped cluster, back), then
-# the same tests against the agent installed from deploy/ on a fresh cluster; writes
-# tests/cluster/E2E.md from the junit reports (tests/cluster/report.py) and the swap's
-# figures to target/cluster/out/kube-proxy/swap.md. Exits non-zero when the agent fails a
-# test kube-proxy passes, or a request failed during a swap.
+# The whole e2e comparison on the lab cluster (two nodes): every shard of
+# tests/cluster/shards.txt for kube-proxy (IPVS mode) and then the agent (shard.sh; about an
+# hour per shard and proxy, so it is usually run shard by shard, on different days), then
+# tests/cluster/E2E.md from the records of one build (report.py page). Exits non-zero when
+# the agent fails a test kube-proxy passes, or when the records do not name one build.
 #
-#   tests/cluster/e2e.sh [--nodes 1|2] [--explain FILE]
+#   tests/cluster/e2e.sh [--nodes 1|2]     every shard, then the page
+#   tests/cluster/e2e.sh --page            the page from the records already committed
 #
-#   --explain  a markdown file with the explanation of each failing test, appended to E2E.md
-#              (tests/cluster/explain.md holds the last run's: update it from the new logs)
+# tests/cluster/explain.md (the failures' explanations, from their captured state) and
+# tests/cluster/swap.md (swap-traffic.sh's section) go on the page when present.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
-nodes=2 explain=()
+nodes=2 run=1
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
-        --explain) explain=(--explain "$2"); shift 2 ;;
+        --page) run=0; shift ;;
         *) sed -n '2,12p' "$0" >&2; exit 2 ;;
     esac
 done
-out=$root/target/cluster/out
 rc=0
-bash "$here/run.sh" --proxy kube-proxy --nodes "$nodes" --swap --out "$out/kube-proxy" || rc=$?
-bash "$here/run.sh" --proxy agent --nodes "$nodes" --out "$out/agent" || rc=$?
-python3 "$here/report.py" --kube-proxy "$out/kube-proxy" --agent "$out/agent" \
-    --skip-file "$here/skip.txt" --commit "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates deploy tests/cluster || echo ' with local changes')" \
-    --nodes "$nodes" --swap "$out/kube-proxy/swap.md" "${explain[@]}" --out "$here/E2E.md" || rc=$?
+if [[ $run == 1 ]]; then
+    mapfile -t shards < <(bash "$here/shard.sh" --list)
+    bash "$here/shard.sh" --nodes "$nodes" "${shards[@]}" || rc=$?
+fi
+extra=()
+[[ -f $here/explain.md ]] && extra+=(--explain "$here/explain.md")
+[[ -f $here/swap.md ]] && extra+=(--swap "$here/swap.md")
+python3 "$here/report.py" page "$here"/results/*.json --shards "$here/shards.txt" \
+    --skip-file "$here/skip.txt" "${extra[@]}" --out "$here/E2E.md" || rc=$?
 echo "e2e: tests/cluster/E2E.md written (exit $rc)" >&2
 exit "$rc"

@@ -22,6 +22,9 @@
 #                        distroless-iptables, cannot be pulled); and ipvsadm, iproute2 and
 #                        curl, which kube-proxy never runs: run.sh's capture pods read each
 #                        node's state with them, whichever proxy runs
+#   distroless-iptables.tar  registry.k8s.io/build-image/distroless-iptables:v0.9.9:
+#                        kube-proxy's Debian tree without kube-proxy (iptables, conntrack,
+#                        a shell), where e2e tests run commands on a node
 #   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
 #                        (BUILDER=rootfs unless BUILDER says otherwise)
 #
@@ -165,6 +168,14 @@ if ! fresh kube-proxy "$key"; then
         command -v ipvsadm && ip -V && curl --version >/dev/null' >&2
     image kube-proxy --tag registry.k8s.io/kube-proxy:v1.37.2 "${layers[@]}" "$d"
     built kube-proxy "$key" "$t"
+fi
+# The same Debian tree, without kube-proxy, as the image e2e tests run host commands in
+# (the KubeProxy CLOSE_WAIT test reads the node's conntrack table with it).
+key=$(inputs_key "${layers[@]}")
+if ! fresh distroless-iptables "$key"; then
+    image distroless-iptables --tag registry.k8s.io/build-image/distroless-iptables:v0.9.9 \
+        "${layers[@]}"
+    built distroless-iptables "$key" "$t"
 fi
 
 # --- the agent -------------------------------------------------------------------------------

@@ -1,137 +1,207 @@
 #!/usr/bin/env python3
-"""Writes tests/cluster/E2E.md from the junit reports of two e2e runs on the lab cluster:
-kube-proxy's IPVS mode and the agent, on the same build. One row per test that ran in
-either run (tests skipped by both are counted, not listed): each program's result and time.
-The commit, date, node count and totals go at the top; tests/cluster/skip.txt's reasons
-follow, so the page says what was not run and why.
+"""The e2e comparison's records and page: kube-proxy's IPVS mode and the agent, shard by shard.
 
-    report.py --kube-proxy DIR --agent DIR --skip-file FILE --commit SHA --nodes N [--out FILE]
+    report.py record DIR --shard NAME --out FILE
+        One shard's run for one proxy (run.sh's --out DIR: its junit_*.xml and run.json) as a
+        record: what ran (the commit, the agent's commit, every image's ID, the focus, the
+        dates) and each test's result. Records are committed (tests/cluster/results/), so
+        that shards run on different days can be merged.
 
-Each DIR holds the junit_*.xml that e2e.test --report-dir wrote. Exits 1 when the agent
-fails a test that kube-proxy passes (the comparison the page exists for), 0 otherwise.
+    report.py page RECORD... --shards FILE --skip-file FILE [--swap FILE] [--explain FILE]
+                  [--out FILE]
+        tests/cluster/E2E.md from the records. Refuses (exit 2) records that name different
+        agent commits or image IDs, a test that two shards ran, or two records of one shard
+        and proxy. Exits 1 when the agent fails a test that kube-proxy passes (the comparison
+        the page exists for), 0 otherwise.
+
+Nothing on the page is typed: every figure and the header come from the records.
 """
 
 import argparse
 import datetime
 import glob
+import json
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 
+SUITE_NODES = ("[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]", "[BeforeSuite]",
+               "[AfterSuite]", "[ReportAfterSuite]", "[ReportBeforeSuite]")
+# What must be equal in every merged record: the build that ran.
+SAME = ("agent_commit", "agent_image", "kube_proxy_image", "agnhost_image", "nodes")
+PROXIES = ("kube-proxy", "agent")
 
-def results(directory):
-    """{test name: (status, seconds, message)} from the junit files of one run."""
+
+def junit(directory):
+    """{test name: {status, seconds, message}} from the junit files of one run. A test that
+    the focus or skip list left out is not listed; one skipped at run time is, with why."""
     out = {}
-    files = sorted(glob.glob(os.path.join(directory, "junit*.xml")))
-    if not files:
-        print(f"report: no junit*.xml in {directory}: that run is reported as not run",
-              file=sys.stderr)
-    for path in files:
+    for path in sorted(glob.glob(os.path.join(directory, "junit*.xml"))):
         for case in ET.parse(path).getroot().iter("testcase"):
             name = case.get("name", "")
-            if name.startswith(("[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]",
-                                "[BeforeSuite]", "[AfterSuite]", "[ReportAfterSuite]",
-                                "[ReportBeforeSuite]")) or ("[sig-" not in name):
-                continue  # ginkgo's suite-level nodes, not tests
+            if name.startswith(SUITE_NODES) or "[sig-" not in name:
+                continue
             name = name.removeprefix("[It] ").strip()
-            seconds = float(case.get("time") or 0)
             failure = case.find("failure")
             if failure is None:
                 failure = case.find("error")
+            skipped = case.find("skipped")
             if failure is not None:
-                message = (failure.get("message") or failure.text or "").strip()
                 status = "failed"
-            elif case.find("skipped") is not None or case.get("status") == "skipped":
-                status, message = "skipped", ""
+                message = (failure.get("message") or failure.text or "").strip()
+            elif skipped is not None or case.get("status") == "skipped":
+                message = (skipped.get("message") if skipped is not None else "") or ""
+                # ginkgo's message for a spec filtered out is "skipped"; a run-time skip
+                # ("skipped - <why>") is a test of the focus that did not run.
+                if message.strip() in ("", "skipped"):
+                    continue
+                status = "skipped"
+                message = message.removeprefix("skipped - ").strip()
             else:
                 status, message = "passed", ""
-            out[name] = (status, seconds, message.splitlines()[0][:160] if message else "")
+            out[name] = {"status": status, "seconds": round(float(case.get("time") or 0), 1),
+                         "message": message.splitlines()[0][:200] if message else ""}
     return out
+
+
+def record(args):
+    with open(os.path.join(args.dir, "run.json")) as f:
+        run = json.load(f)
+    tests = junit(args.dir)
+    if not tests:
+        sys.exit(f"report: no test of the focus in {args.dir}'s junit reports")
+    rec = {"shard": args.shard, "proxy": run["proxy"], "run": run, "tests": tests}
+    with open(args.out, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+        f.write("\n")
+    counts = {s: sum(1 for t in tests.values() if t["status"] == s)
+              for s in ("passed", "failed", "skipped")}
+    print(f"report: {args.out}: {args.shard}, {run['proxy']}: {counts}", file=sys.stderr)
+    return 0
+
+
+def short(image_id):
+    return image_id.removeprefix("sha256:")[:12]
+
+
+def utc(seconds):
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC")
 
 
 def cell(result):
     if result is None:
         return "not run"
-    status, seconds, _ = result
-    if status == "skipped":
-        return "skipped"
-    mark = "pass" if status == "passed" else "**FAIL**"
-    return f"{mark} ({seconds:.0f} s)"
+    if result["status"] == "skipped":
+        return "skipped at run time"
+    mark = "pass" if result["status"] == "passed" else "**FAIL**"
+    return f"{mark} ({result['seconds']:.0f} s)"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kube-proxy", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--skip-file", required=True)
-    ap.add_argument("--commit", required=True)
-    ap.add_argument("--nodes", type=int, required=True)
-    ap.add_argument("--explain", help="a markdown file of explanations appended as is")
-    ap.add_argument("--date", default=datetime.date.today().isoformat(),
-                    help="the day of the runs (default: today)")
-    ap.add_argument("--swap", help="swap-traffic.sh's table (swap.md); its junit beside it, in swapped/")
-    ap.add_argument("--out")
-    args = ap.parse_args()
-
-    kp, ag = results(args.kube_proxy), results(args.agent)
-    if not kp and not ag:
-        sys.exit("report: neither run left a junit report")
-    names = sorted(
-        n for n in set(kp) | set(ag)
-        if (kp.get(n, ("skipped",))[0] != "skipped" or ag.get(n, ("skipped",))[0] != "skipped")
-    )
-    skipped_both = len(set(kp) | set(ag)) - len(names)
+def page(args):
+    records = []
+    for path in args.records:
+        with open(path) as f:
+            records.append((path, json.load(f)))
+    if not records:
+        sys.exit("report: no records")
+    shards = []
+    with open(args.shards) as f:
+        for raw in f:
+            if raw.strip() and not raw.startswith("#"):
+                shards.append(raw.split()[0])
+    # One build: every record names the same agent commit and images.
+    first = records[0][1]["run"]
+    for path, rec in records:
+        diff = [k for k in SAME if rec["run"].get(k) != first.get(k)]
+        if diff:
+            print(f"report: {path} ran another build than {records[0][0]}: "
+                  + ", ".join(f"{k} {rec['run'].get(k)} != {first.get(k)}" for k in diff),
+                  file=sys.stderr)
+            sys.exit(2)
+    by = {}
+    for path, rec in records:
+        key = (rec["shard"], rec["proxy"])
+        if key in by:
+            sys.exit(f"report: two records of shard {key[0]} for {key[1]}: {by[key][0]}, {path}")
+        by[key] = (path, rec)
+    results = {p: {} for p in PROXIES}
+    where = {}
+    for (shard, proxy), (path, rec) in sorted(by.items()):
+        for name, result in rec["tests"].items():
+            if name in results[proxy]:
+                sys.exit(f"report: {name!r} ran in two shards ({where[name]}, {shard})")
+            results[proxy][name] = result
+            where[name] = shard
+    kp, ag = results["kube-proxy"], results["agent"]
+    names = sorted(set(kp) | set(ag))
 
     def count(run, status):
-        return sum(1 for n in names if run.get(n, ("not run",))[0] == status)
+        return sum(1 for n in names if run.get(n, {}).get("status") == status)
 
+    # A test of a shard the agent has no record of yet is missing, not failed.
     regressions = [n for n in names
-                   if kp.get(n, ("",))[0] == "passed" and ag.get(n, ("",))[0] != "passed"]
+                   if kp.get(n, {}).get("status") == "passed"
+                   and ag.get(n, {}).get("status") in ("failed", "skipped")]
+    missing = [f"{s} ({p})" for s in shards for p in PROXIES if (s, p) not in by]
+    unknown = sorted({s for s, _ in by} - set(shards))
+    heads = sorted({rec["run"]["commit"] for _, rec in by.values()})
     lines = [
         "# Kubernetes' e2e tests on the lab cluster: kube-proxy (IPVS) and the agent",
         "",
-        "Written by `tests/cluster/report.py` from the junit reports of `tests/cluster/e2e.sh`"
-        " (do not edit by hand).",
+        "Written by `tests/cluster/report.py page` from the records in `tests/cluster/results/`"
+        " (`tests/cluster/shard.sh`; do not edit by hand).",
         "",
-        f"- Commit: {args.commit}; date: {args.date}; "
-        f"nodes: {args.nodes} (lab VMs); Kubernetes v1.37.2 (e2e.test, kubelet, kube-proxy "
-        "from the same module).",
-        ("- kube-proxy (IPVS): **no report: its run did not finish** (every row says not run)."
-         if not kp else
-         f"- kube-proxy (IPVS): {count(kp, 'passed')} passed, {count(kp, 'failed')} failed, "
-         f"{sum(v[1] for v in kp.values() if v[0] != 'skipped'):.0f} s of tests."),
+        f"- The agent: commit {first['agent_commit'][:12]}, image "
+        f"`{first['agent_image']}`.",
+        f"- kube-proxy v1.37.2 (IPVS mode): image `{first['kube_proxy_image']}`; agnhost "
+        f"`{short(first['agnhost_image'])}`. {first['nodes']} nodes (lab VMs); e2e.test, "
+        "kubelet and kube-proxy from the Kubernetes v1.37.2 module.",
+        "- Harness commits of the shards: " + ", ".join(h[:12] for h in heads) + ".",
+        f"- kube-proxy (IPVS): {count(kp, 'passed')} passed, {count(kp, 'failed')} failed, "
+        f"{count(kp, 'skipped')} skipped at run time.",
         f"- the agent: {count(ag, 'passed')} passed, {count(ag, 'failed')} failed, "
-        f"{sum(v[1] for v in ag.values() if v[0] != 'skipped'):.0f} s of tests.",
+        f"{count(ag, 'skipped')} skipped at run time.",
         f"- Tests the agent fails and kube-proxy passes: {len(regressions)}"
         + (": " + "; ".join(regressions) if regressions else "."),
-        f"- Skipped in both runs: {skipped_both} specs (outside the focus, tests/cluster/focus.txt,"
-        " or on the skip list below).",
-        "",
-        "| test | kube-proxy (IPVS) | the agent |",
-        "|---|---|---|",
     ]
+    if missing:
+        lines.append("- **Incomplete**: no record yet of " + ", ".join(missing) + ".")
+    if unknown:
+        lines.append("- Records of shards that shards.txt no longer has: " + ", ".join(unknown))
+    lines += ["", "## The shards (tests/cluster/shards.txt)", "",
+              "| shard | proxy | started | wall time | ginkgo processes | passed | failed |"
+              " skipped | harness commit |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for (shard, proxy), (_, rec) in sorted(by.items(), key=lambda kv: (
+            shards.index(kv[0][0]) if kv[0][0] in shards else 99, PROXIES.index(kv[0][1]))):
+        run, tests = rec["run"], rec["tests"].values()
+        n = {s: sum(1 for t in tests if t["status"] == s) for s in ("passed", "failed", "skipped")}
+        lines.append(f"| {shard} | {proxy} | {utc(run['started'])} | "
+                     f"{(run['finished'] - run['started']) / 60:.0f} min | {run['procs']} | "
+                     f"{n['passed']} | {n['failed']} | {n['skipped']} | {run['commit'][:12]} |")
+    lines += ["", "## Each test", "",
+              "| test | shard | kube-proxy (IPVS) | the agent |", "|---|---|---|---|"]
     for n in names:
-        lines.append(f"| {n.replace('|', '&#124;')} | {cell(kp.get(n))} | {cell(ag.get(n))} |")
-    failures = [(n, r) for n in names for r in (("kube-proxy", kp.get(n)), ("agent", ag.get(n)))
-                if r[1] and r[1][0] == "failed"]
+        lines.append(f"| {n.replace('|', '&#124;')} | {where[n]} | {cell(kp.get(n))} | "
+                     f"{cell(ag.get(n))} |")
+    failures = [(n, who, r) for n in names for who, r in (("kube-proxy", kp.get(n)),
+                                                          ("agent", ag.get(n)))
+                if r and r["status"] == "failed"]
     if failures:
         lines += ["", "## Failures, first line of each", ""]
-        for n, (who, r) in failures:
-            lines.append(f"- {who}, {n}: `{r[2]}`")
-    if args.swap and os.path.exists(args.swap):
-        swapped = results(os.path.join(os.path.dirname(args.swap), "swapped"))
-        ran = {n: r for n, r in swapped.items() if r[0] != "skipped"}
-        passed = sum(1 for r in ran.values() if r[0] == "passed")
-        lines += ["", "## The swap under traffic (tests/cluster/swap-traffic.sh)", "",
-                  "kube-proxy (IPVS) serving; clients on the last node request without pause"
-                  " through a ClusterIP, through the first node's NodePort and, as the control,"
-                  " to the first node's server by its pod IP (no service proxy on that path);"
-                  " `deploy/swap.sh to-agent`, the Conformance Services tests on the swapped"
-                  " cluster, then `deploy/swap.sh back`.", "",
-                  f"Conformance Services tests with the agent after the swap: {passed} of"
-                  f" {len(ran)} passed.", ""]
+        for n, who, r in failures:
+            lines.append(f"- {who}, {n}: `{r['message']}`")
+    skips = sorted({(n, r["message"]) for run in (kp, ag) for n, r in run.items()
+                    if r["status"] == "skipped"})
+    if skips:
+        lines += ["", "## Skipped at run time (tests of the focus that skipped themselves)", ""]
+        for n, why in skips:
+            lines.append(f"- {n}: `{why}`")
+    if args.swap:
         with open(args.swap) as f:
-            lines.append(f.read().rstrip())
+            lines += ["", f.read().rstrip()]
     lines += ["", "## Not run, and why (tests/cluster/skip.txt)", ""]
     with open(args.skip_file) as f:
         for raw in f:
@@ -149,6 +219,24 @@ def main():
     else:
         sys.stdout.write(text)
     return 1 if regressions else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("record", help="one shard's run as a record")
+    r.add_argument("dir")
+    r.add_argument("--shard", required=True)
+    r.add_argument("--out", required=True)
+    p = sub.add_parser("page", help="E2E.md from records")
+    p.add_argument("records", nargs="+")
+    p.add_argument("--shards", required=True)
+    p.add_argument("--skip-file", required=True)
+    p.add_argument("--swap", help="a markdown section on the swap, appended as is")
+    p.add_argument("--explain", help="a markdown file of explanations, appended as is")
+    p.add_argument("--out")
+    args = ap.parse_args()
+    return record(args) if args.verb == "record" else page(args)
 
 
 if __name__ == "__main__":

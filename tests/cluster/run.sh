@@ -18,7 +18,8 @@
 #                        [--out DIR] [--keep] [--keep-failed] [--swap] [--no-e2e] [--procs N]
 #                        [--slot N]
 #
-#   --focus/--skip  ginkgo regular expressions (default: tests/cluster/focus.txt's sets)
+#   --focus/--skip  ginkgo regular expressions (default: every shard of tests/cluster/shards.txt,
+#                   and tests/cluster/skip.txt)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY),
 #                   with samples/node-N.txt (each node's proxy every 30 s: /healthz and its
 #                   sync metrics) and, when a test failed, state/node-N.txt (each node's IPVS,
@@ -255,6 +256,11 @@ if [[ $ready != "$nodes" ]]; then
     say "only $ready of $nodes nodes became Ready"; tail -n 20 "$run"/node-*.log >&2; exit 1
 fi
 say "$nodes node(s) Ready"
+# A zone per node, as a cloud's nodes have: the Topology Hints and Traffic Distribution tests
+# need endpoints in more than one zone.
+for i in $(seq "$nodes"); do
+    kubectl label --overwrite node "node-$i" "topology.kubernetes.io/zone=zone-$i" >/dev/null
+done
 
 # --- the service proxy, as an operator installs it ---------------------------------------
 case $proxy in
@@ -279,6 +285,48 @@ if ! kubectl -n kube-system rollout status "daemonset/$ds" --timeout=600s >&2; t
 fi
 say "$proxy Ready on every node"
 kubectl -n kube-system get pods -o wide >"$out/kube-system-pods.txt"
+# The tests start once every node's proxy has finished its first sync of every IP family it
+# serves (kube-proxy has no readiness probe: a pod can be Ready before its first sync), read
+# from the sync metric both proxies export.
+synced() { # NODE: has each family in the proxy's sync metrics a last sync?
+    curl -s -m 5 "http://$net.1$1:10249/metrics" | awk '
+        /^kubeproxy_sync_proxy_rules_/ && match($0, /ip_family="[^"]*"/) { fam[substr($0, RSTART, RLENGTH)] = 1 }
+        /^kubeproxy_sync_proxy_rules_last_timestamp_seconds/ && $2 > 0 && match($0, /ip_family="[^"]*"/) { done[substr($0, RSTART, RLENGTH)] = 1 }
+        END { n = 0; for (f in fam) { n++; if (!(f in done)) exit 1 }; exit n == 0 }'
+}
+for i in $(seq "$nodes"); do
+    for _ in $(seq 300); do synced "$i" && break; sleep 1; done
+    synced "$i" || { say "node-$i: the proxy has not synced every IP family in 300 s"; exit 1; }
+done
+say "$proxy synced on every node"
+# What ran, for report.py (run.json): the commit, and each image's ID (its config's digest,
+# which the nodes' runtime reports as the image's ID) from the archives the nodes loaded.
+image_id() {
+    tar -xOf "$images/$1.tar" manifest.json |
+        python3 -c 'import json, sys; print("sha256:" + json.load(sys.stdin)[0]["Config"].removesuffix(".json"))'
+}
+# The harness's commit, and the agent's: the last commit that changed what goes into its
+# image (a shard run later at another harness commit still runs the same agent).
+agent_paths=(crates Cargo.toml Cargo.lock deploy/Containerfile deploy/build-image.sh
+    deploy/init-sysctls.sh deploy/debian-rootfs.sh deploy/oci-archive.py)
+commit=$(git rev-parse HEAD)
+git diff --quiet HEAD -- crates deploy tests/cluster Cargo.toml Cargo.lock || commit="$commit+local-changes"
+agent_commit=$(git log -1 --format=%H -- "${agent_paths[@]}")
+git diff --quiet HEAD -- "${agent_paths[@]}" || agent_commit="$agent_commit+local-changes"
+record() { # STARTED FINISHED E2E_EXIT: run.json
+    RUN_PROXY=$proxy RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
+        RUN_SKIP=$skip RUN_STARTED=$1 RUN_FINISHED=$2 RUN_EXIT=$3 \
+        RUN_AGENT_IMAGE=$(image_id kube-proxy-ipvs) RUN_KUBE_PROXY_IMAGE=$(image_id kube-proxy) \
+        RUN_AGNHOST_IMAGE=$(image_id agnhost) \
+        RUN_PODS=$(kubectl -n kube-system get pods -o jsonpath='{range .items[*]}{.spec.nodeName}={.status.containerStatuses[0].imageID};{end}') \
+        python3 -c '
+import json, os
+e = {k[4:].lower(): v for k, v in os.environ.items() if k.startswith("RUN_")}
+for k in ("nodes", "procs", "started", "finished", "exit"):
+    e[k] = int(e[k])
+e["pods"] = [p for p in e["pods"].split(";") if p]
+print(json.dumps(e, indent=1, sort_keys=True))' >"$out/run.json"
+}
 
 # --- what the proxy did, for the tests that fail -----------------------------------------
 # Every 30 s, each node's proxy as the host sees it: /healthz (its lastUpdated) and its sync
@@ -356,11 +404,13 @@ e2e() {
     fi
     return "$rc"
 }
-if [[ -z "$focus" ]]; then focus=$(grep -v '^#' "$here/focus.txt" | paste -sd'|'); fi
+if [[ -z "$focus" ]]; then focus=$(awk '!/^#/ && NF { $1 = $2 = ""; sub(/^ +/, ""); print }' "$here/shards.txt" | paste -sd'|'); fi
 if [[ -z "$skip" ]]; then skip=$(grep -v '^#' "$here/skip.txt" | sed 's/ *#.*//' | grep . | paste -sd'|'); fi
 rc=0
 if [[ $e2e == 1 ]]; then
+    started=$(date +%s)
     e2e "$focus" "$skip" "$out" || rc=$?
+    record "$started" "$(date +%s)" "$rc"
 fi
 # The service proxy's own account of the run, before the cluster goes: its pods' logs (kube-system
 # holds nothing else: CoreDNS runs on the host).
