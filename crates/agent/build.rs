@@ -1,5 +1,8 @@
 //! Records the git commit the agent is built from, and that commit's date, for
 //! `kubernetes_build_info` (`KUBE_PROXY_IPVS_GIT_COMMIT`, `KUBE_PROXY_IPVS_BUILD_DATE`).
+//! The commit is the last one that changed the workspace's crates or its Cargo.toml or
+//! Cargo.lock, not HEAD: a commit elsewhere (a test harness, a page) builds the same binary,
+//! and so the same image, which is what lets e2e shards run at different commits be merged.
 //! Outside a git checkout (a packaged crate, a source tarball) both are kube's defaults for
 //! an unknown build: `unknown` and the epoch.
 
@@ -8,17 +11,27 @@ use std::process::Command;
 
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let commit = git(&dir, &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // crates/agent's parent holds every crate; the workspace's manifest and lock file are
+    // two levels up.
+    let sources = ["--", "..", "../../Cargo.toml", "../../Cargo.lock"];
+    let commit = git(
+        &dir,
+        &[&["log", "-1", "--format=%H"][..], &sources].concat(),
+    )
+    .unwrap_or_else(|| "unknown".into());
     // The commit's own date, not the build's: the same commit builds the same binary.
     let date = git(
         &dir,
         &[
-            "show",
-            "-s",
-            "--format=%cd",
-            "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
-            "HEAD",
-        ],
+            &[
+                "log",
+                "-1",
+                "--format=%cd",
+                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+            ][..],
+            &sources,
+        ]
+        .concat(),
     )
     .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());
     println!("cargo:rustc-env=KUBE_PROXY_IPVS_GIT_COMMIT={commit}");
