@@ -1,48 +1,55 @@
 #!/bin/bash
-# The swap under traffic, on the lab cluster with kube-proxy (IPVS) serving: two client pods
-# on the last node send requests without pause, one through a ClusterIP, one through a
-# NodePort of the first node, to two servers (and a third, the control, to the first node's
-# server by its pod IP, past any service proxy); deploy/swap.sh to-agent, a pause, then
-# deploy/swap.sh back, as an operator runs them. Reports per phase the requests, those that
-# failed and the longest time without an answer, from the clients' own timestamped lines.
+# The swap under traffic, on the lab cluster with kube-proxy (IPVS) serving: deploy/swap.sh
+# to-agent and then back, as an operator runs them, while a client pod on every node sends
+# paced requests (two a second per path) through each node's service proxy:
 #
-#   swap-traffic.sh KUBECONFIG KUBECTL OUT_DIR AGENT_BINARY [-- COMMAND_WHILE_SWAPPED...]
+#   cluster-ip        new HTTP connections to the Service's ClusterIP (this node's proxy)
+#   node-port-NODE    new HTTP connections to the Service's NodePort on each node
+#   tcp-kept          one HTTP keep-alive connection to the ClusterIP for the whole run
+#                     (curl reports each reconnect: the connection was lost)
+#   udp-kept          one UDP socket to the ClusterIP for the whole run, a datagram every
+#                     0.5 s echoed by the server (IPVS keeps both flows' connection entries)
+#   pod-ip            the control: a server on another node by its pod IP, a path no service
+#                     proxy is on (what it loses, the loaded emulated nodes lose)
 #
-# COMMAND_WHILE_SWAPPED runs between the two swaps (run.sh runs the e2e subset there, so the
-# swapped cluster is judged too). Writes OUT_DIR/swap.md; exits 1 when a request failed.
+# Before the first swap every path must have answered from every node (else the run stops,
+# with each node's state captured). Each phase carries the same load and lasts as long
+# (PHASE_SECS, 60 s) but the swaps themselves; a watcher on the host records when each node's
+# old proxy pod went and its new one became Ready. Writes OUT_DIR/swap.md
+# (swap_report.py); exits 1 when a request through a Service failed or a kept flow broke.
+#
+#   swap-traffic.sh KUBECONFIG KUBECTL OUT_DIR AGENT_BINARY
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export KUBECONFIG=$1 KUBECTL=$2
 out=$3 agent=$4
-shift 4
-[[ "${1:-}" == -- ]] && shift
+phase_secs=${PHASE_SECS:-60}
 k() { "$KUBECTL" "$@"; }
-# The marks are read on the clients' node: its log timestamps are its clock's, and an
-# emulated machine's clock drifts from the host's.
-now() { k -n swap-traffic exec via-cluster-ip -- date -u +%Y-%m-%dT%H:%M:%S.%NZ; }
-# (not `nodes`: run.sh exports that, the node count, to the e2e run between the swaps)
-node_names=$(k get nodes -o jsonpath='{.items[*].metadata.name}')
-first=${node_names%% *} last=${node_names##* }
-first_ip=$(k get node "$first" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+ns=swap-traffic
+mapfile -t node_names < <(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+declare -A node_ip
+for n in "${node_names[@]}"; do
+    node_ip[$n]=$(k get node "$n" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+done
 
-k create namespace swap-traffic >/dev/null
-k -n swap-traffic apply -f - >/dev/null <<EOF
+k create namespace "$ns" >/dev/null
+k -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: server}
 spec:
-  replicas: 2
+  replicas: ${#node_names[@]}
   selector: {matchLabels: {app: server}}
   template:
     metadata: {labels: {app: server}}
     spec:
       topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: server}}}
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: server}}}
       containers:
       - name: netexec
         image: registry.k8s.io/e2e-test-images/agnhost:2.66.1
-        args: [netexec, --http-port=8080]
+        args: [netexec, --http-port=8080, --udp-port=8081]
         readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2}
 ---
 apiVersion: v1
@@ -51,55 +58,135 @@ metadata: {name: server}
 spec:
   type: NodePort
   selector: {app: server}
-  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+  ports:
+  - {name: http, port: 80, targetPort: 8080, nodePort: 30080}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
 EOF
-k -n swap-traffic rollout status deployment/server --timeout=300s >&2
-cip=$(k -n swap-traffic get service server -o jsonpath='{.spec.clusterIP}')
+k -n "$ns" rollout status deployment/server --timeout=300s >&2
+cip=$(k -n "$ns" get service server -o jsonpath='{.spec.clusterIP}')
+
+# The client on NODE: every path at once, each line "PATH ok SECONDS", "PATH fail CODE",
+# "tcp-kept CONNECTS CODE SECONDS", "udp-kept SENT_NS" (an echo of that send) or
+# "PATH ended ..." (a kept flow that ended, restarted at once).
 client() {
-    local name=$1 url=$2
-    k -n swap-traffic apply -f - >/dev/null <<EOF
+    local node=$1 other=$2 pod_ip paths='' n
+    pod_ip=$(k -n "$ns" get pods -l app=server --field-selector "spec.nodeName=$other" \
+        -o jsonpath='{.items[0].status.podIP}')
+    for n in "${node_names[@]}"; do
+        paths+="probe node-port-$n http://${node_ip[$n]}:30080/hostname & "
+    done
+    k -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $name}
+metadata: {name: client-$node, labels: {app: client}}
 spec:
-  nodeName: $last
+  nodeName: $node
   terminationGracePeriodSeconds: 1
   containers:
   - name: client
     image: registry.k8s.io/e2e-test-images/agnhost:2.66.1
-    command: [sh, -c, 'while :; do if t=\$(curl -fsS -m 1 -o /dev/null -w "%{time_total}" $url); then echo "ok \$t"; else echo "fail \$?"; fi; done']
+    command:
+    - sh
+    - -c
+    - |
+      probe() {
+        while :; do
+          if t=\$(curl -fsS -m 1 -o /dev/null -w '%{time_total}' "\$2" 2>/dev/null); then echo "\$1 ok \$t"; else echo "\$1 fail \$?"; fi
+          sleep 0.5
+        done
+      }
+      probe cluster-ip http://$cip/hostname &
+      probe pod-ip http://$pod_ip:8080/hostname &
+      $paths
+      while :; do
+        curl -sS --rate 2/s -m 2 -o /dev/null -w 'tcp-kept %{num_connects} %{http_code} %{time_total}\n' "http://$cip/hostname?n=[1-1000000]"
+        echo "tcp-kept ended \$?"; sleep 0.5
+      done &
+      while :; do
+        while :; do echo "echo \$(date +%s%N)u"; sleep 0.5; done | nc -u $cip 81 | stdbuf -o0 tr u '\n' | sed -u 's/^/udp-kept /'
+        echo "udp-kept ended"; sleep 0.5
+      done &
+      wait
 EOF
 }
-client via-cluster-ip "http://$cip/hostname"
-client via-node-port "http://$first_ip:30080/hostname"
-# The control: the server on the first node asked by its pod IP, a path no service proxy is
-# on. What it loses is what the loaded, emulated nodes lose, whoever proxies.
-pod_ip=$(k -n swap-traffic get pods -l app=server --field-selector spec.nodeName="$first" \
-    -o jsonpath='{.items[*].status.podIP}')
-[[ -n $pod_ip ]] || pod_ip=$(k -n swap-traffic get pods -l app=server -o jsonpath='{.items[*].status.podIP}')
-pod_ip=${pod_ip%% *}
-client via-pod-ip "http://$pod_ip:8080/hostname"
-k -n swap-traffic wait --for=condition=Ready pod/via-cluster-ip pod/via-node-port pod/via-pod-ip \
-    --timeout=300s >&2
-marks=("kube-proxy serving=$(now)")
-sleep 10
-marks+=("deploy/swap.sh to-agent=$(now)")
+for i in "${!node_names[@]}"; do
+    client "${node_names[i]}" "${node_names[(i + 1) % ${#node_names[@]}]}"
+done
+k -n "$ns" wait --for=condition=Ready pod -l app=client --timeout=300s >&2
+
+# Each node's clock against the host's (the clients' log lines carry the node's time): the
+# middle of a host-timed exec of `date` in the node's client. Read at the start and the end.
+offsets() {
+    local n a b t
+    for n in "${node_names[@]}"; do
+        a=$(date +%s.%N)
+        t=$(k -n "$ns" exec "client-$n" -- date +%s.%N)
+        b=$(date +%s.%N)
+        echo "$n $a $t $b"
+    done
+}
+offsets >"$out/clock-start.txt"
+
+# The precondition: every path has answered on every node.
+paths=(cluster-ip pod-ip tcp-kept udp-kept)
+for n in "${node_names[@]}"; do paths+=("node-port-$n"); done
+for _ in $(seq 120); do
+    missing=()
+    for n in "${node_names[@]}"; do
+        log=$(k -n "$ns" logs "client-$n" 2>/dev/null || true)
+        for p in "${paths[@]}"; do
+            case $p in
+                tcp-kept) re='^tcp-kept [0-9]+ 200 ' ;;
+                udp-kept) re='^udp-kept [0-9]+$' ;;
+                *) re="^$p ok " ;;
+            esac
+            grep -qE "$re" <<<"$log" || missing+=("$p from $n")
+        done
+    done
+    [[ ${#missing[@]} == 0 ]] && break
+    sleep 5
+done
+if [[ ${#missing[@]} != 0 ]]; then
+    echo "swap: precondition failed, never answered: ${missing[*]}" >&2
+    for n in "${node_names[@]}"; do k -n "$ns" logs "client-$n" >"$out/client-$n.log" 2>&1 || true; done
+    if declare -F capture >/dev/null; then capture "$out/precondition-state"; fi
+    exit 1
+fi
+
+# The watcher: each second, every kube-system pod's node, name, Ready and deletion (host time),
+# and a line of its own for each poll (one that saw no pod at all is a poll too).
+(
+    set +e
+    while :; do
+        echo "$(date +%s.%N) - poll"
+        k -n kube-system get pods -o jsonpath='{range .items[*]}{.spec.nodeName} {.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.metadata.deletionTimestamp}{"\n"}{end}' |
+            sed "s/^/$(date +%s.%N) /"
+        sleep 1
+    done
+) >"$out/pods.txt" 2>/dev/null &
+watcher=$!
+trap 'kill "$watcher" 2>/dev/null || true' EXIT
+
+mark() { echo "$1=$(date +%s.%N)" >>"$out/marks.txt"; }
+: >"$out/marks.txt"
+mark "kube-proxy serving"
+sleep "$phase_secs"
+mark "deploy/swap.sh to-agent"
 bash "$root/deploy/swap.sh" to-agent --image localhost/kube-proxy-ipvs:dev \
     --backup "$out/kube-proxy-backup" --agent "$agent" >"$out/swap-to-agent.log" 2>&1
-marks+=("the agent serving=$(now)")
-sleep 20
-rc=0
-if (($#)); then "$@" || rc=$?; fi
-marks+=("deploy/swap.sh back=$(now)")
+mark "the agent serving"
+sleep "$phase_secs"
+mark "deploy/swap.sh back"
 bash "$root/deploy/swap.sh" back --backup "$out/kube-proxy-backup" >"$out/swap-back.log" 2>&1
-k -n kube-system rollout status daemonset/kube-proxy --timeout=300s >&2
-marks+=("kube-proxy serving again=$(now)")
-sleep 20
-marks+=("end=$(now)")
-for c in via-cluster-ip via-node-port via-pod-ip; do
-    k -n swap-traffic logs --timestamps "$c" >"$out/$c.log"
+mark "kube-proxy serving again"
+sleep "$phase_secs"
+mark "end"
+offsets >"$out/clock-end.txt"
+for n in "${node_names[@]}"; do
+    k -n "$ns" logs --timestamps "client-$n" >"$out/client-$n.log"
 done
-python3 "$here/swap_report.py" "$out" "${marks[@]}" >"$out/swap.md" || rc=1
+rc=0
+python3 "$here/swap_report.py" "$out" >"$out/swap.md" || rc=1
 cat "$out/swap.md" >&2
-k delete namespace swap-traffic --wait=false >/dev/null
+k delete namespace "$ns" --wait=false >/dev/null
 exit "$rc"

@@ -62,7 +62,10 @@ class ReportTest(unittest.TestCase):
                             os.path.join(self.dir, "shards.txt"), "--skip-file",
                             os.path.join(self.dir, "skip.txt"), "--out", out],
                            capture_output=True, text=True)
-        text = open(out).read() if os.path.exists(out) else ""
+        text = ""
+        if os.path.exists(out):
+            with open(out) as f:
+                text = f.read()
         return p.returncode, text, p.stderr
 
     def test_a_record_keeps_the_focus_and_the_run_time_skips_with_why(self):
