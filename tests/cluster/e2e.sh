@@ -5,21 +5,24 @@
 # tests/cluster/E2E.md from the records of one build (report.py page). Exits non-zero when
 # the agent fails a test kube-proxy passes, or when the records do not name one build.
 #
-#   tests/cluster/e2e.sh [--nodes 1|2]     every shard, then the page
+#   tests/cluster/e2e.sh [--nodes 1|2]     every shard, the swap, then the page
+#   tests/cluster/e2e.sh --swap            the swap under traffic alone, then the page
 #   tests/cluster/e2e.sh --page            the page from the records already committed
 #
-# tests/cluster/explain.md (the failures' explanations, from their captured state) and
-# tests/cluster/swap.md (swap-traffic.sh's section) go on the page when present.
+# The swap (run.sh --swap --no-e2e) keeps its section and run.json in
+# tests/cluster/results/swap/. tests/cluster/explain.md (the failures' explanations, from
+# their captured state) goes on the page.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
-nodes=2 run=1
+nodes=2 run=1 swap=1
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) nodes=$2; shift 2 ;;
-        --page) run=0; shift ;;
-        *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+        --page) run=0 swap=0; shift ;;
+        --swap) run=0 swap=1; shift ;;
+        *) sed -n '2,14p' "$0" >&2; exit 2 ;;
     esac
 done
 rc=0
@@ -27,9 +30,18 @@ if [[ $run == 1 ]]; then
     mapfile -t shards < <(bash "$here/shard.sh" --list)
     bash "$here/shard.sh" --nodes "$nodes" "${shards[@]}" || rc=$?
 fi
+if [[ $swap == 1 ]]; then
+    bash "$here/run.sh" --proxy kube-proxy --nodes "$nodes" --swap --no-e2e \
+        --out "$root/target/cluster/swap" || rc=$?
+    if [[ -f $root/target/cluster/swap/swap/swap.md ]]; then
+        mkdir -p "$here/results/swap"
+        cp "$root/target/cluster/swap/swap/swap.md" "$root/target/cluster/swap/swap/run.json" \
+            "$here/results/swap/"
+    fi
+fi
 extra=()
 [[ -f $here/explain.md ]] && extra+=(--explain "$here/explain.md")
-[[ -f $here/swap.md ]] && extra+=(--swap "$here/swap.md")
+[[ -f $here/results/swap/swap.md ]] && extra+=(--swap "$here/results/swap")
 python3 "$here/report.py" page "$here"/results/*.json --shards "$here/shards.txt" \
     --skip-file "$here/skip.txt" "${extra[@]}" --out "$here/E2E.md" || rc=$?
 echo "e2e: tests/cluster/E2E.md written (exit $rc)" >&2

@@ -7,11 +7,12 @@
         dates) and each test's result. Records are committed (tests/cluster/results/), so
         that shards run on different days can be merged.
 
-    report.py page RECORD... --shards FILE --skip-file FILE [--swap FILE] [--explain FILE]
+    report.py page RECORD... --shards FILE --skip-file FILE [--swap DIR] [--explain FILE]
                   [--out FILE]
         tests/cluster/E2E.md from the records. Refuses (exit 2) records that name different
         agent commits or image IDs, a test that two shards ran, or two records of one shard
-        and proxy. Exits 1 when the agent fails a test that kube-proxy passes (the comparison
+        and proxy, or a swap (DIR: swap_report.py's swap.md and its run.json) of another
+        build. Exits 1 when the agent fails a test that kube-proxy passes (the comparison
         the page exists for), 0 otherwise.
 
 Nothing on the page is typed: every figure and the header come from the records.
@@ -200,7 +201,16 @@ def page(args):
         for n, why in skips:
             lines.append(f"- {n}: `{why}`")
     if args.swap:
-        with open(args.swap) as f:
+        # The swap's section (swap_report.py) beside the run.json of the build it ran.
+        with open(os.path.join(args.swap, "run.json")) as f:
+            swap_run = json.load(f)
+        diff = [k for k in SAME if swap_run.get(k) != first.get(k)]
+        if diff:
+            print(f"report: the swap in {args.swap} ran another build: "
+                  + ", ".join(f"{k} {swap_run.get(k)} != {first.get(k)}" for k in diff),
+                  file=sys.stderr)
+            sys.exit(2)
+        with open(os.path.join(args.swap, "swap.md")) as f:
             lines += ["", f.read().rstrip()]
     lines += ["", "## Not run, and why (tests/cluster/skip.txt)", ""]
     with open(args.skip_file) as f:
@@ -232,7 +242,7 @@ def main():
     p.add_argument("records", nargs="+")
     p.add_argument("--shards", required=True)
     p.add_argument("--skip-file", required=True)
-    p.add_argument("--swap", help="a markdown section on the swap, appended as is")
+    p.add_argument("--swap", help="a directory with the swap's swap.md and run.json")
     p.add_argument("--explain", help="a markdown file of explanations, appended as is")
     p.add_argument("--out")
     args = ap.parse_args()
