@@ -2,7 +2,8 @@
 # Builds the lab cluster's upstream programs from pinned Go modules (the Go module proxy
 # only, nothing vendored, nothing downloaded from release pages) into target/cluster:
 #   k8s/go.mod (k8s.io/kubernetes v1.37.2, like tests/peers): kubelet,
-#     kube-controller-manager, kube-scheduler, agnhost, e2e.test, and ginkgo (the runner)
+#     kube-controller-manager, kube-scheduler, agnhost, regression-issue-74839 (the Conntrack
+#     test's server), e2e.test, and ginkgo (the runner)
 #   each at its own module's pinned version and go.sum (`go install module@version`):
 #     containerd, containerd-shim-runc-v2 and ctr v2.2.9, runc v1.4.0 (cgo, static, with seccomp),
 #     the CNI plugins bridge, host-local, loopback and portmap v1.9.1, CoreDNS v1.14.7
@@ -30,7 +31,7 @@ runtime=(
 )
 runc=github.com/opencontainers/runc@v1.4.0
 stamp=$( (go version; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/build.sh") | sha256sum | cut -c1-16)
-k8s_bins=(kubelet kube-controller-manager kube-scheduler agnhost e2e.test ginkgo)
+k8s_bins=(kubelet kube-controller-manager kube-scheduler agnhost regression-issue-74839 e2e.test ginkgo)
 rt_bins=(containerd containerd-shim-runc-v2 ctr bridge loopback host-local portmap coredns runc kubelet)
 if [[ "${1:-}" != --force && -f "$out/STAMP" && "$(cat "$out/STAMP")" == "$stamp" ]]; then
     ok=1
@@ -48,7 +49,8 @@ ldflags="-s -w -X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v
     echo "cluster: building kubelet, kube-controller-manager, kube-scheduler, agnhost" >&2
     go build -trimpath -ldflags="$ldflags" -o "$out/" \
         k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/test/images/agnhost
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/test/images/agnhost \
+        k8s.io/kubernetes/test/images/regression-issue-74839
     # ginkgo's runner, at the version e2e.test links: it runs the tests in parallel.
     go build -trimpath -ldflags="-s -w" -o "$out/" github.com/onsi/ginkgo/v2/ginkgo
     echo "cluster: building e2e.test" >&2

@@ -31,6 +31,8 @@ if [[ $run == 1 ]]; then
     bash "$here/shard.sh" --nodes "$nodes" "${shards[@]}" || rc=$?
 fi
 if [[ $swap == 1 ]]; then
+    CLUSTER_IMAGES=$(bash "$here/frozen-images.sh" | tail -1)
+    export CLUSTER_IMAGES
     bash "$here/run.sh" --proxy kube-proxy --nodes "$nodes" --swap --no-e2e \
         --out "$root/target/cluster/swap" || rc=$?
     if [[ -f $root/target/cluster/swap/swap/swap.md ]]; then

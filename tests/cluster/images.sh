@@ -8,6 +8,11 @@
 #
 #   pause.tar            registry.k8s.io/pause:3.10.2, /pause from tests/cluster/pause.c
 #                        (gcc -static), the sandbox image node.sh pins
+#   glibc-dns-testing.tar  registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1: agnhost's
+#                        Debian tree without agnhost (the DNS tests' glibc querier: dig, getent)
+#   regression-issue-74839.tar  its e2e image: the program from the same module, on the
+#                        lowest Debian layer
+#   nginx.tar            registry.k8s.io/e2e-test-images/nginx:1.27.0-2: Debian's nginx
 #   busybox.tar          registry.k8s.io/e2e-test-images/busybox:1.37.0-2: Debian's
 #                        busybox-static and its applets in /bin, cmd ["sh"]
 #   agnhost.tar          registry.k8s.io/e2e-test-images/agnhost:2.66.1: /agnhost (and
@@ -43,11 +48,13 @@ out=$root/target/cluster/images
 work=$root/target/image-cache/cluster
 agnhost_bin=$root/target/cluster/agnhost
 kube_proxy_bin=$root/target/peers/kube-proxy
+regression_bin=$root/target/cluster/regression-issue-74839
 mkdir -p "$out" "$work"
 log() { echo "images: $*" >&2; }
 case ${1:-} in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; esac
 
 [[ -x $agnhost_bin ]] || { log "missing $agnhost_bin (tests/cluster/build.sh)"; exit 1; }
+[[ -x $regression_bin ]] || { log "missing $regression_bin (tests/cluster/build.sh)"; exit 1; }
 [[ -x $kube_proxy_bin ]] || { log "missing $kube_proxy_bin (tests/peers/build.sh)"; exit 1; }
 
 # One Debian snapshot for every image of this run.
@@ -131,6 +138,45 @@ if ! fresh agnhost "$key"; then
     image agnhost --tag registry.k8s.io/e2e-test-images/agnhost:2.66.1 \
         --entrypoint '["/agnhost"]' --cmd '["pause"]' "${agn_layers[@]}" "$d"
     built agnhost "$key" "$t"
+fi
+
+# The DNS tests' glibc querier (upstream's is Debian with dig): agnhost's Debian tree, which
+# has dig and getent, without agnhost.
+key=$(inputs_key "${agn_layers[@]}")
+if ! fresh glibc-dns-testing "$key"; then
+    image glibc-dns-testing --tag registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 \
+        "${agn_layers[@]}"
+    built glibc-dns-testing "$key" "$t"
+fi
+# The Conntrack test's server (test/images/regression-issue-74839, built with agnhost), on
+# the lowest Debian layer as upstream's is on debian-base.
+t=$SECONDS
+key=$(inputs_key "$regression_bin" "${agn_layers[0]}")
+if ! fresh regression-issue-74839 "$key"; then
+    d=$work/regression-issue-74839
+    rm -rf "$d"
+    mkdir -p "$d"
+    install -m 0755 "$regression_bin" "$d/regression-issue-74839"
+    image regression-issue-74839 --tag registry.k8s.io/e2e-test-images/regression-issue-74839:1.5 \
+        --entrypoint '["/regression-issue-74839"]' "${agn_layers[0]}" "$d"
+    built regression-issue-74839 "$key" "$t"
+fi
+
+# --- nginx -----------------------------------------------------------------------------------
+# What the EndpointSlice and Endpoints tests run as their pods: Debian's nginx, serving its
+# default page on port 80 in the foreground.
+t=$SECONDS
+debian --lower "${agent_pkgs[*]}" nginx
+key=$(inputs_key "${layers[@]}")
+if ! fresh nginx "$key"; then
+    # The Debian trees are built without /var/log's contents; nginx opens its logs there.
+    d=$work/nginx
+    rm -rf "$d"
+    mkdir -p "$d/var/log/nginx" "$d/var/lib/nginx"
+    "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /usr/sbin/nginx -t >&2
+    image nginx --tag registry.k8s.io/e2e-test-images/nginx:1.27.0-2 \
+        --entrypoint '["/usr/sbin/nginx", "-g", "daemon off;"]' "${layers[@]}" "$d"
+    built nginx "$key" "$t"
 fi
 
 # --- busybox ---------------------------------------------------------------------------------

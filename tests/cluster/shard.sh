@@ -29,6 +29,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ ${#names[@]} -gt 0 ]] || { echo "shard: which shard? (--list)" >&2; exit 2; }
+# Every shard of this agent build on the same images (frozen-images.sh says why).
+CLUSTER_IMAGES=$(bash "$here/frozen-images.sh" | tail -1)
+export CLUSTER_IMAGES
 rc=0
 for name in "${names[@]}"; do
     line=$(awk -v n="$name" '!/^#/ && $1 == n' "$here/shards.txt")

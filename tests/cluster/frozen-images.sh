@@ -1,0 +1,31 @@
+#!/bin/bash
+# The images every shard of one agent build runs (shard.sh, e2e.sh --swap): a copy of
+# tests/cluster/images.sh's tarballs kept under target/cluster/frozen/AGENT_COMMIT, made by
+# the first shard of that build. Without it, shards run on different days would not run the
+# same images: each images.sh run builds its Debian trees on the mirror's newest snapshot, so
+# kube-proxy's, agnhost's and the agent's images change with every Debian security update.
+# An image that a later harness commit adds is copied in; one already frozen is never
+# replaced. Prints the directory.
+#
+#   tests/cluster/frozen-images.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+paths=(crates Cargo.toml Cargo.lock deploy/Containerfile deploy/build-image.sh
+    deploy/init-sysctls.sh deploy/debian-rootfs.sh deploy/oci-archive.py)
+agent_commit=$(git log -1 --format=%H -- "${paths[@]}")
+if ! git diff --quiet HEAD -- "${paths[@]}"; then
+    echo "frozen-images: the agent's inputs have local changes: commit them first" >&2
+    exit 1
+fi
+images=$(bash "$here/images.sh" | tail -1)
+frozen=$root/target/cluster/frozen/$agent_commit
+mkdir -p "$frozen"
+for f in "$images"/*.tar; do
+    if [[ ! -e $frozen/$(basename "$f") ]]; then
+        cp "$f" "$frozen/"
+        echo "frozen-images: $(basename "$f") frozen for $agent_commit" >&2
+    fi
+done
+echo "$frozen"
