@@ -347,8 +347,8 @@ mkdir -p "$out/samples"
     done
 ) &
 pids+=($!)
-# capture DIR: each node's kernel state (IPVS, ipsets, kube-ipvs0, iptables) and its proxy's
-# /healthz and metrics, read by a privileged host-network pod on the node (the kube-proxy
+# capture DIR: each node's kernel state (IPVS, ipsets, kube-ipvs0, iptables), its proxy's
+# /healthz and metrics, and its kubelet's log, read by a privileged host-network pod on the node (the kube-proxy
 # image, which carries the tools), whichever proxy runs there.
 capture() {
     local dir=$1 i
@@ -374,6 +374,10 @@ capture() {
             continue
         fi
         say "capture: node-$i unreadable (see $dir/node-$i.txt)"
+    done
+    # Each kubelet's log (node.sh serves it): why a pod went early or late.
+    for i in $(seq "$nodes"); do
+        curl -s -m 30 "http://$net.1$i:10080/kubelet.log" >"$dir/kubelet-node-$i.log" 2>&1 || true
     done
     kubectl get services,endpointslices -A -o wide >"$dir/services.txt" 2>&1 || true
 }
