@@ -168,7 +168,9 @@ def main():
     spells = []
     for path in sorted(glob.glob(os.path.join(out, "client-*.log"))):
         node = os.path.basename(path).removeprefix("client-").removesuffix(".log")
-        evs = events(path, clock.get(node, 0.0))
+        # Only what happened between the first mark and the last: before it, the clients
+        # waited for every path to answer once (the precondition).
+        evs = [e for e in events(path, clock.get(node, 0.0)) if t0 <= e[0] < marks[-1][1]]
         kinds = sorted({e[1] for e in evs}, key=lambda k: (k == "pod-ip", k))
         for kind in kinds:
             mine = [e for e in evs if e[1] == kind]

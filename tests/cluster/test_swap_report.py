@@ -44,7 +44,10 @@ class SwapReportTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def client(self, fail_at=(), reconnect_at=None):
-        lines = []
+        # Before the first mark the clients wait for every path to answer: not counted.
+        early = stamp(T0 - 5 + SKEW)
+        lines = [f"{early} cluster-ip fail 7\n", f"{early} udp-kept ended\n",
+                 f"{early} tcp-kept 0 000 0.010\n", f"{early} tcp-kept 1 200 0.020\n"]
         for i in range(100):
             t = T0 + i * 0.5
             node_t = stamp(t + SKEW)
@@ -52,7 +55,7 @@ class SwapReportTest(unittest.TestCase):
             lines.append(f"{node_t} cluster-ip {'ok 0.010' if ok else 'fail 28'}\n")
             lines.append(f"{node_t} pod-ip ok 0.005\n")
             lines.append(f"{node_t} node-port-node-1 ok 0.012\n")
-            connects = 1 if i == 0 or i == reconnect_at else 0
+            connects = 1 if i == reconnect_at else 0
             lines.append(f"{node_t} tcp-kept {connects} 200 0.011\n")
             lines.append(f"{node_t} udp-kept {int((t + SKEW) * 1e9)}\n")
         self.write("client-node-1.log", "".join(lines))
