@@ -66,8 +66,9 @@ k -n "$ns" rollout status deployment/server --timeout=300s >&2
 cip=$(k -n "$ns" get service server -o jsonpath='{.spec.clusterIP}')
 
 # The client on NODE: every path at once, each line "PATH ok SECONDS", "PATH fail CODE",
-# "tcp-kept CONNECTS CODE SECONDS", "udp-kept SENT_NS" (an echo of that send) or
-# "PATH ended ..." (a kept flow that ended, restarted at once).
+# "tcp-kept CONNECTS CODE SECONDS", "udp-kept SEQ" (the echo of datagram SEQ, numbered from 1
+# on each socket) or "PATH ended" (a kept flow that ended, restarted at once). Every line is
+# one write (curl's goes through sed), so that the loops' lines do not mix.
 client() {
     local node=$1 other=$2 pod_ip paths='' n
     pod_ip=$(k -n "$ns" get pods -l app=server --field-selector "spec.nodeName=$other" \
@@ -99,11 +100,11 @@ spec:
       probe pod-ip http://$pod_ip:8080/hostname &
       $paths
       while :; do
-        curl -sS --rate 2/s -m 2 -o /dev/null -w 'tcp-kept %{num_connects} %{http_code} %{time_total}\n' "http://$cip/hostname?n=[1-1000000]"
-        echo "tcp-kept ended \$?"; sleep 0.5
+        curl -sS --rate 2/s -m 2 -o /dev/null -w 'tcp-kept %{num_connects} %{http_code} %{time_total}\n' "http://$cip/hostname?n=[1-1000000]" | sed -u ''
+        echo "tcp-kept ended"; sleep 0.5
       done &
       while :; do
-        while :; do echo "echo \$(date +%s%N)u"; sleep 0.5; done | nc -u $cip 81 | stdbuf -o0 tr u '\n' | sed -u 's/^/udp-kept /'
+        i=0; while :; do i=\$((i + 1)); echo "echo \${i}u"; sleep 0.5; done | nc -u $cip 81 | stdbuf -o0 tr u '\n' | sed -u 's/^/udp-kept /'
         echo "udp-kept ended"; sleep 0.5
       done &
       wait

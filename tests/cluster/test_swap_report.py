@@ -43,7 +43,7 @@ class SwapReportTest(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def client(self, fail_at=(), reconnect_at=None):
+    def client(self, fail_at=(), reconnect_at=None, udp_lost=()):
         # Before the first mark the clients wait for every path to answer: not counted.
         early = stamp(T0 - 5 + SKEW)
         lines = [f"{early} cluster-ip fail 7\n", f"{early} udp-kept ended\n",
@@ -57,7 +57,8 @@ class SwapReportTest(unittest.TestCase):
             lines.append(f"{node_t} node-port-node-1 ok 0.012\n")
             connects = 1 if i == reconnect_at else 0
             lines.append(f"{node_t} tcp-kept {connects} 200 0.011\n")
-            lines.append(f"{node_t} udp-kept {int((t + SKEW) * 1e9)}\n")
+            if i not in udp_lost:
+                lines.append(f"{node_t} udp-kept {i + 1}\n")
         self.write("client-node-1.log", "".join(lines))
 
     def report(self):
@@ -91,6 +92,12 @@ class SwapReportTest(unittest.TestCase):
         rc, text = self.report()
         self.assertEqual(rc, 1)
         self.assertIn("tcp-kept (1 reconnects, 0 ended)", text)
+
+    def test_a_lost_datagram_of_the_kept_udp_flow_fails_the_swap(self):
+        self.client(udp_lost=(50, 51))
+        rc, text = self.report()
+        self.assertEqual(rc, 1)
+        self.assertIn("udp-kept (about 2 datagrams lost, 0 sockets ended)", text)
 
 
 if __name__ == "__main__":
