@@ -347,9 +347,9 @@ mkdir -p "$out/samples"
     done
 ) &
 pids+=($!)
-# capture DIR: each node's kernel state (IPVS, ipsets, kube-ipvs0, iptables), its proxy's
-# /healthz and metrics, and its kubelet's log, read by a privileged host-network pod on the node (the kube-proxy
-# image, which carries the tools), whichever proxy runs there.
+# capture DIR: each node's kernel state (IPVS, ipsets, kube-ipvs0, iptables) and its proxy's
+# /healthz and metrics, read by a privileged host-network pod on the node (the kube-proxy
+# image, which carries the tools), whichever proxy runs there; and each kubelet's log.
 capture() {
     local dir=$1 i
     mkdir -p "$dir"
