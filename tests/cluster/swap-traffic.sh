@@ -12,6 +12,10 @@
 #   pod-ip            the control: a server on another node by its pod IP, a path no service
 #                     proxy is on (what it loses, the loaded emulated nodes lose)
 #
+# A request fails when it has no answer within 3 s (curl -m 3): on the emulated nodes a pod
+# start on the client's node stalls it for a second or two, which a 1 s limit counted as
+# failures on the control path too; a lost SYN (resent after 1 s) still shows as a long gap.
+#
 # Before the first swap every path must have answered from every node (else the run stops,
 # with each node's state captured). Each phase carries the same load and lasts as long
 # (PHASE_SECS, 60 s) but the swaps themselves; a watcher on the host records when each node's
@@ -92,7 +96,7 @@ spec:
     - |
       probe() {
         while :; do
-          if t=\$(curl -fsS -m 1 -o /dev/null -w '%{time_total}' "\$2" 2>/dev/null); then echo "\$1 ok \$t"; else echo "\$1 fail \$?"; fi
+          if t=\$(curl -fsS -m 3 -o /dev/null -w '%{time_total}' "\$2" 2>/dev/null); then echo "\$1 ok \$t"; else echo "\$1 fail \$?"; fi
           sleep 0.5
         done
       }
