@@ -12,10 +12,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
-paths=(crates Cargo.toml Cargo.lock deploy/Containerfile deploy/build-image.sh
-    deploy/init-sysctls.sh deploy/debian-rootfs.sh deploy/oci-archive.py)
-agent_commit=$(git log -1 --format=%H -- "${paths[@]}")
-if ! git diff --quiet HEAD -- "${paths[@]}"; then
+agent_commit=$(bash "$here/agent-commit.sh")
+if [[ $agent_commit == *+local-changes ]]; then
     echo "frozen-images: the agent's inputs have local changes: commit them first" >&2
     exit 1
 fi

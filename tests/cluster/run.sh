@@ -305,14 +305,11 @@ image_id() {
     tar -xOf "$images/$1.tar" manifest.json |
         python3 -c 'import json, sys; print("sha256:" + json.load(sys.stdin)[0]["Config"].removesuffix(".json"))'
 }
-# The harness's commit, and the agent's: the last commit that changed what goes into its
-# image (a shard run later at another harness commit still runs the same agent).
-agent_paths=(crates Cargo.toml Cargo.lock deploy/Containerfile deploy/build-image.sh
-    deploy/init-sysctls.sh deploy/debian-rootfs.sh deploy/oci-archive.py)
+# The harness's commit, and the agent's (agent-commit.sh: a shard run later at another
+# harness commit still runs the same agent).
 commit=$(git rev-parse HEAD)
 git diff --quiet HEAD -- crates deploy tests/cluster Cargo.toml Cargo.lock || commit="$commit+local-changes"
-agent_commit=$(git log -1 --format=%H -- "${agent_paths[@]}")
-git diff --quiet HEAD -- "${agent_paths[@]}" || agent_commit="$agent_commit+local-changes"
+agent_commit=$(bash "$here/agent-commit.sh")
 record() { # STARTED FINISHED EXIT [FILE]: run.json (or FILE)
     RUN_PROXY=$proxy RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
         RUN_SKIP=$skip RUN_STARTED=$1 RUN_FINISHED=$2 RUN_EXIT=$3 \
@@ -426,7 +423,7 @@ if [[ $swap == 1 ]]; then
     # The same load in every phase: nothing runs beside the swap's clients.
     cargo build --quiet -p kube-proxy-ipvs-agent
     export -f say capture kubectl
-    export bins run peers nodes start
+    export run peers nodes start net
     started=$(date +%s)
     mkdir -p "$out/swap"
     # The build the swap ran (its report names it); the finish is not known yet.
