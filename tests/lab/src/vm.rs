@@ -91,6 +91,7 @@ pub fn run(
 ) -> Result<Outcome> {
     let dir = lab_dir().join("runs");
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    sweep_stale(&dir);
     let tag = format!("{}", std::process::id());
     let payload_cpio = dir.join(format!("payload-{tag}.cpio"));
     let initrd = dir.join(format!("initrd-{tag}.cpio"));
@@ -228,7 +229,13 @@ pub fn run(
         match rx.recv_timeout(left.min(LOCKUP_LOOK)) {
             Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => continue,
             Ok(raw) => {
-                boot.get_or_insert_with(|| start.elapsed());
+                if boot.is_none() {
+                    boot = Some(start.elapsed());
+                    // QEMU read the initrd into guest memory before the guest ran: the file
+                    // can go now, however this run ends (a killed cluster node never gets to
+                    // the removal below).
+                    let _ = std::fs::remove_file(&initrd);
+                }
                 let line = String::from_utf8_lossy(&raw);
                 let line = line.trim_end_matches(['\n', '\r']).replace('\r', "");
                 if let Some(rest) = line.strip_prefix(EXIT_MARKER) {
@@ -267,6 +274,32 @@ pub fn run(
             console_log.display(),
             tail(&console_log)
         ))),
+    }
+}
+
+/// Removes the initrds and payloads of runs whose process is gone. Each is about 770 MB; a
+/// harness that kills `lab run` before its guest printed anything leaves one behind, and the
+/// cluster tests left 29 GB of them in a day.
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| {
+                n.strip_prefix("initrd-")
+                    .or_else(|| n.strip_prefix("payload-"))
+            })
+            .and_then(|n| n.strip_suffix(".cpio"))
+            .filter(|pid| pid.parse::<u32>().is_ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
