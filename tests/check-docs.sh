@@ -144,6 +144,14 @@ while IFS=$'\t' read -r file line span; do
         [[ $word == */* && $word != /* && $word != *://* && $word != *'$'* && $word != *=* ]] || continue
         # What a build or a test run writes (target/RELIABILITY.md) is absent from a fresh clone.
         [[ $word == target/* ]] && continue
+        # Outside the repository (`../shared/...`): a reader's machine, which a clone may lack.
+        if [[ $word == ../* ]]; then
+            inside=
+            for base in . "$dir"; do
+                [[ $(realpath -m "$base/$word") == "$repo"/* ]] && inside=1
+            done
+            [[ -n $inside ]] || continue
+        fi
         if [[ $word =~ ^($top_dirs)/ || $word =~ /[^/]*[A-Za-z0-9_]\.[a-z]{1,5}$ ]]; then
             # A placeholder last (`fuzz-corpus/TARGET`): its directory must exist.
             [[ ${word##*/} =~ ^[A-Z][A-Z_]*$ ]] && word=${word%/*}/

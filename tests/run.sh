@@ -10,6 +10,7 @@ step() { printf '\n==> %s (%ss)\n' "$*" "$(($(date +%s) - start))"; }
 
 step "setup"
 bash tests/setup.sh
+bash tests/check-setup.sh
 step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy"

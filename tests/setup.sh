@@ -2,6 +2,34 @@
 # Installs what the build, the tests and the lab need on a Debian 12 machine (as root).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# The toolchains are not Debian's packages (Debian 12 has Rust 1.63 and Go 1.19): they must be
+# there before anything else, and new enough, or nothing below can build.
+toolchain_problems=()
+# Whether version $1 is at least $2 (dotted numbers).
+at_least() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1) == "$2" ]]; }
+rust_min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
+rust_have=$(rustc --version 2>/dev/null | awk '{print $2}' || true)
+if [[ -z $rust_have ]]; then
+    toolchain_problems+=("Rust is missing: install rustup (https://rustup.rs), then \`rustup toolchain install $rust_min\`")
+elif ! at_least "${rust_have%%-*}" "$rust_min"; then
+    toolchain_problems+=("Rust $rust_have is older than the workspace's rust-version $rust_min: \`rustup update stable\`")
+fi
+for component in rustfmt clippy; do
+    [[ -z $rust_have ]] || cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1 ||
+        toolchain_problems+=("the Rust component $component is missing: \`rustup component add $component\`")
+done
+go_min=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$repo/tests/peers/go.mod")
+go_have=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
+if [[ -z $go_have ]]; then
+    toolchain_problems+=("Go is missing (it builds kube-proxy, kube-apiserver, kubelet... from their modules): install Go $go_min or newer from https://go.dev/dl/ and put its bin/ on PATH")
+elif ! at_least "$go_have" "$go_min"; then
+    toolchain_problems+=("Go $go_have is older than the $go_min that tests/peers/go.mod needs: install a newer Go from https://go.dev/dl/")
+fi
+if ((${#toolchain_problems[@]})); then
+    printf 'setup: %s\n' "${toolchain_problems[@]}" >&2
+    exit 1
+fi
 packages=(
     # the lab VM and the image build
     qemu-system-x86 busybox-static cpio zstd kmod binutils
@@ -42,10 +70,8 @@ fi
 # goes where cargo-deny 0.20 looks for the default database, unless the copy there is as new or
 # newer. "New" is the database's own last commit date (git), never a file's mtime: a copy
 # cargo-deny fetched later than the snapshot was taken stays.
-repo=$(cd "$(dirname "$0")/.." && pwd)
-# Beside the repository, else in the workplace's shared folder (a clone made elsewhere).
+# Beside the repository, or where RUSTSEC_SNAPSHOT says (.ci/run names the CI machine's).
 snapshot=${RUSTSEC_SNAPSHOT:-$(dirname "$repo")/shared/rustsec/advisory-db.tar.gz}
-[ -n "${RUSTSEC_SNAPSHOT:-}" ] || [ -f "$snapshot" ] || snapshot=/work/shared/rustsec/advisory-db.tar.gz
 db_root="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
 # The folder name cargo-deny derives from the default database URL (deny.toml sets no db-urls).
 db="$db_root/advisory-db-3157b0e258782691"
