@@ -7,7 +7,10 @@
     python3 bench/plot.py --table    prints the table (Markdown) and writes nothing
     python3 bench/plot.py --check    writes nothing; exits 1 if a committed SVG or the page's
                                      table is not what results.json gives
-    --results FILE, --out DIR, --page FILE (--page '' leaves the page alone)
+    --results FILE, --out DIR, --page FILE, --readme FILE ('' leaves that page alone): the
+    README's performance summary (the side-by-side figures at 10,000) is written between its
+    bench-summary markers the same way, and docs/operating.md's memory and CPU figures
+    between its sizing markers (--sizing FILE)
 
 Python 3's standard library only (no matplotlib): the SVG is written by hand. A figure the
 results do not hold (an older run's file, a key that is null) is left out of the picture and
@@ -26,6 +29,10 @@ from html import escape
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARK_BEGIN = "<!-- results-table: written by bench/plot.py from bench/results.json; edit those, not this -->"
 MARK_END = "<!-- end results-table -->"
+README_BEGIN = "<!-- bench-summary: written by bench/plot.py from bench/results.json; edit those, not this -->"
+README_END = "<!-- end bench-summary -->"
+SIZING_BEGIN = "<!-- sizing: written by bench/plot.py from bench/results.json; edit those, not this -->"
+SIZING_END = "<!-- end sizing -->"
 
 # The targets of issue 30 (and those met before, which must stay met), by results.json key:
 # (key, what it is, unit, target's upper bound, how to derive it from the per-N figures of a
@@ -551,12 +558,97 @@ def table(r):
     return "\n".join(lines) + "\n"
 
 
-def page_with_table(page_text, r):
+def page_with_table(page_text, r, begin=MARK_BEGIN, end=MARK_END, write=None):
     """The page with its generated block replaced, or None if the markers are missing."""
-    a, b = page_text.find(MARK_BEGIN), page_text.find(MARK_END)
+    a, b = page_text.find(begin), page_text.find(end)
     if a < 0 or b < a:
         return None
-    return page_text[:a] + MARK_BEGIN + "\n" + table(r) + page_text[b:]
+    return page_text[:a] + begin + "\n" + (write or table)(r) + page_text[b:]
+
+
+# ---- the README's summary: the side-by-side figures at 10,000 ----
+
+def _cell(v, fmt):
+    return "not measured" if v is None else fmt.format(v)
+
+
+def summary(r):
+    """The README's performance table at N = 10,000 and the sentence that names its run."""
+    programs = [("agent", "the agent"), ("ipvs", "kube-proxy IPVS mode"), ("nftables", "kube-proxy nftables mode")]
+    at = lambda prog, key: _num(r, "beside", "10000", prog, key)  # noqa: E731
+    rows = [
+        ("cold sync, s (CPU s)",
+         lambda p: "not measured" if at(p, "cold_s") is None else
+         f"{at(p, 'cold_s'):,.2f}" + ("" if at(p, "cold_cpu_s") is None else f" ({at(p, 'cold_cpu_s'):,.2f})")),
+        ("one endpoint change, API write to kernel, median / p99, ms",
+         lambda p: "not measured" if at(p, "change_median_ms") is None else
+         f"{at(p, 'change_median_ms'):,.1f} / {_cell(at(p, 'change_p99_ms'), '{:,.1f}')}"),
+        ("CPU per change, ms", lambda p: _cell(at(p, "change_cpu_ms"), "{:,.1f}")),
+        ("peak RSS, MiB", lambda p: _cell(at(p, "rss_peak_mib"), "{:,.1f}")),
+    ]
+    lines = ["| N = 10,000 | " + " | ".join(label for _, label in programs) + " |",
+             "| --- |" + " --- |" * len(programs)]
+    for what, cell in rows:
+        lines.append(f"| {what} | " + " | ".join(cell(p) for p, _ in programs) + " |")
+    runs = r.get("runs") if isinstance(r.get("runs"), dict) else {}
+    beside = runs.get("beside") if isinstance(runs.get("beside"), dict) else {}
+    scale = runs.get("scale") if isinstance(runs.get("scale"), dict) else {}
+    where = (f"`tests/bench.sh {beside['args']}` at {beside.get('commit')}, {beside.get('date')}"
+             if beside.get("args") else run_line(r))
+    ratios = []
+    for key, what in (("kube_proxy_cold_ratio_10k", "of IPVS mode's cold sync"),
+                      ("kube_proxy_change_cpu_ratio_10k", "of its CPU per change"),
+                      ("kube_proxy_rss_ratio_10k", "of its peak memory")):
+        v = _num(r, key)
+        if v is not None:
+            ratios.append(f"{v:.3f} {what}")
+    lines += ["", f"From one side-by-side run ({where})"
+              + (": the agent took " + ", ".join(ratios[:-1]) + (" and " if len(ratios) > 1 else "") + ratios[-1]
+                 if ratios else "") + "."]
+    raw = _num(r, "cold_sync_ratio_10k")
+    if raw is not None:
+        lines.append(f"Against the stock tools loading the same state (`ipset restore`, `ip -batch`, "
+                     f"`iptables-restore`, `ipvsadm -R`) its cold sync took {raw:.3f} of their time at "
+                     f"10,000 Services (the scale bench at {scale.get('commit') or r.get('commit')}, "
+                     f"{scale.get('date') or r.get('date')}).")
+    return "\n".join(lines) + "\n"
+
+
+def sizing(r):
+    """docs/operating.md's memory table and CPU figures, from the same run as the README's."""
+    mib = lambda *path: _num(r, *path)  # noqa: E731
+
+    def pair(a, b, suffix=""):
+        if a is None and b is None:
+            return "not measured"
+        return f"{_cell(a, '{:.1f}')} / {_cell(b, '{:.1f}')}{suffix}"
+    lines = ["| cluster | RSS after the cold sync / peak, MiB | kube-proxy IPVS mode, same run |",
+             "| --- | --- | --- |"]
+    for n in sorted((k for k in (r.get("beside") or {}) if k.isdigit()), key=int):
+        lines.append(f"| {int(n):,} Services, beside the real API server | "
+                     f"{pair(mib('beside', n, 'agent', 'rss_cold_mib'), mib('beside', n, 'agent', 'rss_peak_mib'))} | "
+                     f"{pair(mib('beside', n, 'ipvs', 'rss_cold_mib'), mib('beside', n, 'ipvs', 'rss_peak_mib'))} |")
+    big = max((k for k in (r.get("scale") or {}) if k.isdigit()), key=int, default=None)
+    if big is not None:
+        lines.append(f"| {int(big):,} Services, manifests (the scale bench, no API server) | "
+                     f"{pair(mib('scale', big, 'rss_cold_mib'), mib('scale', big, 'rss_peak_mib'))} | - |")
+    runs = r.get("runs") if isinstance(r.get("runs"), dict) else {}
+    beside = runs.get("beside") if isinstance(runs.get("beside"), dict) else {}
+    scale = runs.get("scale") if isinstance(runs.get("scale"), dict) else {}
+    lines += ["", f"Beside the API server: `tests/bench.sh {beside.get('args', '--beside')}` at "
+              f"{beside.get('commit') or r.get('commit')}, {beside.get('date') or r.get('date')}; the scale bench: "
+              f"`tests/bench.sh {scale.get('args', '--full')}` at {scale.get('commit') or r.get('commit')}, "
+              f"{scale.get('date') or r.get('date')}. Every Service had 5 endpoints."]
+    agent = lambda key: _num(r, "beside", "10000", "agent", key)  # noqa: E731
+    if agent("cold_s") is not None:
+        cpu = [f"CPU, 10,000 Services beside the API server, the same run: the cold sync took "
+               f"{agent('cold_s'):.2f} s and {_cell(agent('cold_cpu_s'), '{:.2f}')} CPU s."]
+        if agent("change_cpu_ms") is not None:
+            cpu.append(f"One endpoint change cost {agent('change_cpu_ms'):.1f} ms of CPU over its phase "
+                       f"(periodic passes included), {_cell(agent('change_window_cpu_ms'), '{:.1f}')} ms in "
+                       f"its own window.")
+        lines += ["", " ".join(cpu)]
+    return "\n".join(lines) + "\n"
 
 
 def load(path):
@@ -569,6 +661,8 @@ def main(argv=None):
     ap.add_argument("--results", default=str(ROOT / "bench" / "results.json"))
     ap.add_argument("--out", default=str(ROOT / "bench"))
     ap.add_argument("--page", default=str(ROOT / "BENCHMARKS.md"))
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    ap.add_argument("--sizing", default=str(ROOT / "docs" / "operating.md"))
     ap.add_argument("--table", action="store_true", help="print the table and write nothing")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 on a difference")
     a = ap.parse_args(argv)
@@ -599,6 +693,32 @@ def main(argv=None):
                 stale.append(str(page))
         elif new != text:
             page.write_text(new)
+    if a.readme:
+        readme = pathlib.Path(a.readme)
+        text = readme.read_text() if readme.exists() else ""
+        new = page_with_table(text, r, README_BEGIN, README_END, summary)
+        if new is None:
+            print(f"plot: {readme} has no summary markers ({README_BEGIN} ... {README_END})", file=sys.stderr)
+            if a.check:
+                stale.append(str(readme))
+        elif a.check:
+            if new != text:
+                stale.append(str(readme))
+        elif new != text:
+            readme.write_text(new)
+    if a.sizing:
+        doc = pathlib.Path(a.sizing)
+        text = doc.read_text() if doc.exists() else ""
+        new = page_with_table(text, r, SIZING_BEGIN, SIZING_END, sizing)
+        if new is None:
+            print(f"plot: {doc} has no sizing markers ({SIZING_BEGIN} ... {SIZING_END})", file=sys.stderr)
+            if a.check:
+                stale.append(str(doc))
+        elif a.check:
+            if new != text:
+                stale.append(str(doc))
+        elif new != text:
+            doc.write_text(new)
     if a.check and stale:
         print("plot: not what results.json gives (run python3 bench/plot.py): " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -16,6 +16,8 @@ import xml.dom.minidom
 
 import plot
 
+ROOT = plot.ROOT
+
 BENCH = pathlib.Path(__file__).resolve().parent
 RESULTS = BENCH / "results.json"
 PAGE = BENCH.parent / "BENCHMARKS.md"
@@ -126,7 +128,12 @@ class Plot(unittest.TestCase):
             (d / "r.json").write_text(json.dumps(SPARSE[3]))
             page = d / "page.md"
             page.write_text(f"# x\n\n{plot.MARK_BEGIN}\nold\n{plot.MARK_END}\n\nrest\n")
-            args = ["--results", str(d / "r.json"), "--out", str(d), "--page", str(page)]
+            readme = d / "README.md"
+            readme.write_text(f"# r\n\n{plot.README_BEGIN}\nold\n{plot.README_END}\n\nrest\n")
+            sizing = d / "operating.md"
+            sizing.write_text(f"# o\n\n{plot.SIZING_BEGIN}\nold\n{plot.SIZING_END}\n")
+            args = ["--results", str(d / "r.json"), "--out", str(d), "--page", str(page),
+                    "--readme", str(readme), "--sizing", str(sizing)]
             with contextlib.redirect_stdout(io.StringIO()):
                 self.assertEqual(plot.main(args), 0)
             self.assertEqual(plot.main(args + ["--check"]), 0)
@@ -135,6 +142,32 @@ class Plot(unittest.TestCase):
             self.assertTrue(text.endswith(f"{plot.MARK_END}\n\nrest\n"))
             for name, _ in plot.FIGURES:
                 xml.dom.minidom.parse(str(d / name))
+            self.assertTrue(readme.read_text().startswith(f"# r\n\n{plot.README_BEGIN}\n| N = 10,000 |"))
+            self.assertTrue(sizing.read_text().startswith(f"# o\n\n{plot.SIZING_BEGIN}\n| cluster |"))
+
+    def test_a_stale_readme_figure_fails_the_check(self):
+        # The README's summary is results.json's: a figure typed over it, or a newer run the
+        # page was not regenerated for, fails --check (and so the test command).
+        results = json.loads((ROOT / "bench" / "results.json").read_text())
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            (d / "r.json").write_text(json.dumps(results))
+            readme = d / "README.md"
+            readme.write_text(f"{plot.README_BEGIN}\n{plot.README_END}\n")
+            args = ["--results", str(d / "r.json"), "--out", str(d), "--page", "", "--readme", str(readme),
+                    "--sizing", ""]
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(plot.main(args), 0)
+            peak = f"{results['beside']['10000']['agent']['rss_peak_mib']:.1f}"
+            self.assertIn(f"| peak RSS, MiB | {peak} |", readme.read_text())
+            readme.write_text(readme.read_text().replace(f"| peak RSS, MiB | {peak} |", "| peak RSS, MiB | 83.8 |"))
+            with contextlib.redirect_stderr(io.StringIO()):
+                self.assertEqual(plot.main(args + ["--check"]), 1)
+            results["beside"]["10000"]["agent"]["rss_peak_mib"] = 61.0
+            (d / "r.json").write_text(json.dumps(results))
+            with contextlib.redirect_stdout(io.StringIO()):
+                plot.main(args)
+            self.assertIn("| peak RSS, MiB | 61.0 |", readme.read_text())
 
 
 if __name__ == "__main__":
