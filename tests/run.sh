@@ -28,8 +28,9 @@ cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 step "the documentation (each flag, file, test, metric and link the README, CONTRIBUTING.md, deploy/, vagrant/ and docs/ pages name exists)"
 bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md
-step "the README's first-run block (tests/cold_page.py: what tests/cold/*.json measured, never typed)"
-python3 -m unittest discover -s tests -p 'test_cold*.py' -q
+step "figures on the pages (tests/check_figures.py: each measured one is in the result it names; the README's first-run block is tests/cold/*.json's)"
+python3 -m unittest discover -s tests -p 'test_c*.py' -q
+python3 tests/check_figures.py
 python3 tests/cold_page.py --check
 step "the benchmark page (bench/plot.py draws on any results file; BENCHMARKS.md's table and bench/*.svg are bench/results.json's)"
 python3 -m unittest discover -s bench -q
