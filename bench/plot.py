@@ -34,7 +34,7 @@ README_END = "<!-- end bench-summary -->"
 SIZING_BEGIN = "<!-- sizing: written by bench/plot.py from bench/results.json; edit those, not this -->"
 SIZING_END = "<!-- end sizing -->"
 
-# The targets of issue 30 (and those met before, which must stay met), by results.json key:
+# The targets (and those met before, which must stay met), by results.json key:
 # (key, what it is, unit, target's upper bound, how to derive it from the per-N figures of a
 # file written before the key existed).
 TARGETS = [
@@ -484,7 +484,7 @@ def memory(r):
     left = [("the agent: after the cold sync", BLUE, "circle", None, True)]
     left.append(("the agent: peak, at the end" if has_peak else "peak: not stored in this run",
                  BLUE, "circle", "5,4", False))
-    left.append(("target after the cold sync (issue 30)", ORANGE, "diamond", False, False))
+    left.append(("target after the cold sync", ORANGE, "diamond", False, False))
     if not scale_n:
         svg.text(x0 + w / 2, top + h / 2, "no scale figures in results.json", anchor="middle", italic=True)
     # Right: the three programs beside the API server.
@@ -502,7 +502,7 @@ def memory(r):
         svg.marker(x(n), y(v), "diamond", ORANGE, size=5, filled=False)
     right.append(("after the cold sync", "#333", "circle", None, True))
     right.append(("peak", "#333", "circle", "5,4", False))
-    right.append(("target: the agent's peak (issue 30)", ORANGE, "diamond", False, False))
+    right.append(("target: the agent's peak", ORANGE, "diamond", False, False))
     if not beside_n:
         svg.text(x0 + w / 2, top + h / 2, "no beside figures in results.json", anchor="middle", italic=True)
     below = max(legend(svg, 90, top + h + 50, left), legend(svg, 590, top + h + 50, right))
