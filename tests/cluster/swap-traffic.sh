@@ -72,7 +72,10 @@ cip=$(k -n "$ns" get service server -o jsonpath='{.spec.clusterIP}')
 # The client on NODE: every path at once, each line "PATH ok SECONDS", "PATH fail CODE",
 # "tcp-kept CONNECTS CODE SECONDS", "udp-kept SEQ" (the echo of datagram SEQ, numbered from 1
 # on each socket) or "PATH ended" (a kept flow that ended, restarted at once). Every line is
-# one write (curl's goes through sed), so that the loops' lines do not mix.
+# one write (curl's goes through sed), so that the loops' lines do not mix, and is written when
+# it happens: curl's write-out to a pipe is block-buffered unless stdbuf makes it line-buffered
+# (without it, a run's kept-connection lines came in bursts of 171, 4 KiB, and the log's
+# timestamps put them in the wrong phases).
 client() {
     local node=$1 other=$2 pod_ip paths='' n
     pod_ip=$(k -n "$ns" get pods -l app=server --field-selector "spec.nodeName=$other" \
@@ -104,7 +107,7 @@ spec:
       probe pod-ip http://$pod_ip:8080/hostname &
       $paths
       while :; do
-        curl -sS --rate 2/s -m 2 -o /dev/null -w 'tcp-kept %{num_connects} %{http_code} %{time_total}\n' "http://$cip/hostname?n=[1-1000000]" | sed -u ''
+        stdbuf -oL curl -sS --rate 2/s -m 2 -o /dev/null -w 'tcp-kept %{num_connects} %{http_code} %{time_total}\n' "http://$cip/hostname?n=[1-1000000]" | sed -u ''
         echo "tcp-kept ended"; sleep 0.5
       done &
       while :; do
