@@ -45,7 +45,7 @@ rc=0
     "./tests/$command.sh") || rc=$?
 finished=$(date +%s)
 echo "cold: tests/$command.sh took $((finished - start)) s from empty caches (exit $rc)" >&2
-bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+bytes() { du -sb "$@" 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
 if [[ $record == 1 ]]; then
     [[ $rc == 0 ]] || { echo "cold: a failed run is not recorded" >&2; exit "$rc"; }
     mkdir -p "$root/tests/cold"

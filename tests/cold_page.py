@@ -59,7 +59,7 @@ def block(repo):
             f"From a fresh clone with empty caches (`tests/cold.sh`), on {machine['cores']} cores and "
             f"{machine['memory_bytes'] / 2**30:.0f} GiB:"
         )
-        for name, what in (("demo", "the demo"), ("run", "the tests")):
+        for name, what in (("demo", "The demo"), ("run", "The tests")):
             if name in records:
                 lines.append(f"{what} took {measured(records[name])}.")
             else:

@@ -49,9 +49,9 @@ class ColdPage(unittest.TestCase):
         text = (root / "README.md").read_text()
         self.assertIn("Rust 1.95 or newer", text)
         self.assertIn("Go 1.26.0 or newer", text)
-        self.assertIn("the tests took 45 min and 40 GB of disk", text)
+        self.assertIn("The tests took 45 min and 40 GB of disk", text)
         self.assertIn("commit 0123456", text)
-        self.assertIn("the demo: not measured yet", text)
+        self.assertIn("The demo: not measured yet", text)
         self.assertTrue(text.endswith("\n\ntail\n"))
         self.assertEqual(self.run_page(root, "--check").returncode, 0)
 
