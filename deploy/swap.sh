@@ -247,6 +247,17 @@ plan() {
         add_sysctl "net/ipv4/conf/all/arp_ignore=1"
         add_sysctl "net/ipv4/conf/all/arp_announce=2"
     fi
+    # The DaemonSet's named ports follow the configuration's, so that its probes (on the port
+    # named healthz) reach the health server where kube-proxy's configuration puts it.
+    health=$(get healthzBindAddress); health_port=${health##*:}; health_port=${health_port:-10256}
+    metrics=$(get metricsBindAddress); metrics_port=${metrics##*:}; metrics_port=${metrics_port:-10249}
+    for port in "$health_port" "$metrics_port"; do
+        case $port in
+            '' | *[!0-9]*)
+                echo "swap: healthzBindAddress '$health' or metricsBindAddress '$metrics' has no port number; nothing changed" >&2
+                exit 1 ;;
+        esac
+    done
     # kubelet gives a system-node-critical pod -997; going lower needs CAP_SYS_RESOURCE, which
     # the agent's container does not have (kube-proxy's is privileged).
     oom=$(get oomScoreAdj)
@@ -292,6 +303,9 @@ plan() {
     cat "$work/changes"
     say "the init container writes these sysctls before the agent starts:"
     sed 's/^/  /' "$work/sysctls"
+    if [ "$health_port" != 10256 ] || [ "$metrics_port" != 10249 ]; then
+        say "the DaemonSet's ports follow: healthz $health_port (its liveness and readiness probes), metrics $metrics_port"
+    fi
     if [ -s "$work/flags" ]; then
         say "kube-proxy's logging flags, carried to the agent's command: $(tr '\n' ' ' <"$work/flags")"
     fi
@@ -349,8 +363,11 @@ to_agent() {
 
     "$kubectl" -n "$ns" delete daemonset kube-proxy
     "$kubectl" -n "$ns" delete configmap kube-proxy
-    # The image in both containers, and kube-proxy's logging flags after the agent's own.
-    sed -e "s|image: localhost/kube-proxy-ipvs:dev|image: ${image}|" "$here/daemonset.yaml" |
+    # The image in both containers, the configuration's ports, and kube-proxy's logging flags
+    # after the agent's own.
+    sed -e "s|image: localhost/kube-proxy-ipvs:dev|image: ${image}|" \
+        -e "s|containerPort: 10256$|containerPort: ${health_port}|" \
+        -e "s|containerPort: 10249$|containerPort: ${metrics_port}|" "$here/daemonset.yaml" |
         awk -v flags="$work/flags" '
             { print }
             /^ *- --hostname-override=/ {

@@ -7,7 +7,14 @@
 #   4. the ConfigMap's KubeProxyConfiguration is accepted by the agent itself
 #      (--write-config-to), when a kube-proxy-ipvs binary is built;
 #   5. the init container's sysctl script does what the agent wants on a fake /proc/sys, and
-#      refuses hostile lines (tests/init-sysctls-test.sh).
+#      refuses hostile lines (tests/init-sysctls-test.sh);
+#   6. the Helm chart (deploy/chart): helm lint; deploy/rbac.yaml, configmap.yaml and
+#      daemonset.yaml are its rendering with the default values (deploy/render.sh --check);
+#      rendered with other values (a digest, strict ARP, another health port, the
+#      ServiceMonitor) it validates, the probes follow the health port and the init container
+#      writes the strict-ARP sysctls;
+#   7. deploy/ as a kustomize base: the overlay of deploy/README.md (tests/deploy/overlay)
+#      gives the operator's image and configuration, no placeholder left, and validates.
 # Installs ruby and shellcheck (apt-get) and kubernetes-validate (pip) when missing; needs
 # root for that. Exits non-zero on any failure, after a one-line summary per check.
 #
@@ -75,7 +82,7 @@ else
 fi
 
 # ---- 3. manifests against the Kubernetes schemas (kubernetes-validate works offline)
-mapfile -t manifests < <(find deploy -maxdepth 1 -type f \( -name '*.yaml' -o -name '*.yml' \) | sort)
+mapfile -t manifests < <(find deploy -maxdepth 1 -type f \( -name '*.yaml' -o -name '*.yml' \) -not -name kustomization.yaml | sort)
 if [ ${#manifests[@]} -eq 0 ]; then
     record manifests FAIL "no manifests in deploy/"
 elif "$python" -m kubernetes_validate --strict --quiet -k "$k8s_version" "${manifests[@]}"; then
@@ -143,6 +150,73 @@ if out=$(bash tests/init-sysctls-test.sh 2>&1); then
 else
     echo "$out"
     record init-sysctls-hostile FAIL "tests/init-sysctls-test.sh"
+fi
+
+# ---- 6. the Helm chart
+helm=${HELM:-$repo/target/tools/helm-v3.22.0/helm}
+if ! out=$(bash deploy/render.sh --check 2>&1); then
+    echo "$out"
+    record chart-render FAIL "deploy/render.sh --check"
+else
+    record chart-render PASS "deploy/{rbac,configmap,daemonset}.yaml are the chart's rendering"
+fi
+if out=$("$helm" lint --strict deploy/chart 2>&1); then
+    record chart-lint PASS "helm lint --strict deploy/chart"
+else
+    echo "$out"
+    record chart-lint FAIL "helm lint --strict deploy/chart"
+fi
+"$helm" template kube-proxy-ipvs deploy/chart --namespace kube-system \
+    --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
+    --set config.ipvs.strictARP=true --set config.healthzBindAddress=0.0.0.0:10266 \
+    --set config.metricsBindAddress=0.0.0.0:10249 --set metrics.serviceMonitor.enabled=true \
+    --set apiServer=https://192.0.2.10:6443 --set config.clusterCIDR=10.244.0.0/16 >"$tmp/values.yaml" 2>"$tmp/helm.log"
+"$python" - "$tmp/values.yaml" "$tmp/core.yaml" >"$tmp/values.log" 2>&1 <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = {d["kind"]: d for d in docs}
+ds = kinds["DaemonSet"]["spec"]["template"]["spec"]
+agent = ds["containers"][0]
+ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+assert ports == {"healthz": 10266, "metrics": 10249}, ports
+assert agent["livenessProbe"]["httpGet"]["port"] == "healthz", agent["livenessProbe"]
+assert agent["readinessProbe"]["httpGet"]["port"] == "healthz", agent["readinessProbe"]
+image = "localhost/kube-proxy-ipvs@sha256:" + "0123456789abcdef" * 4
+assert agent["image"] == image and ds["initContainers"][0]["image"] == image
+config = yaml.safe_load(kinds["ConfigMap"]["data"]["config.conf"])
+assert config["mode"] == "ipvs" and config["ipvs"]["strictARP"] is True and config["healthzBindAddress"] == "0.0.0.0:10266"
+sysctls = kinds["ConfigMap"]["data"]["sysctls"].split()
+assert "net/ipv4/conf/all/arp_ignore=1" in sysctls and "net/ipv4/conf/all/arp_announce=2" in sysctls, sysctls
+assert kinds["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
+# The Kubernetes objects only: the schemas below have no ServiceMonitor.
+yaml.safe_dump_all([d for d in docs if d["kind"] != "ServiceMonitor"], open(sys.argv[2], "w"))
+PY
+if [ -s "$tmp/core.yaml" ] && "$python" -m kubernetes_validate --strict --quiet -k "$k8s_version" "$tmp/core.yaml" >>"$tmp/values.log" 2>&1; then
+    record chart-values PASS "digest, strict ARP, health port 10266, ServiceMonitor: valid, probes follow"
+else
+    cat "$tmp/helm.log" "$tmp/values.log"
+    record chart-values FAIL "helm template with other values"
+fi
+if "$helm" template kube-proxy-ipvs deploy/chart --set metrics.serviceMonitor.enabled=true >/dev/null 2>"$tmp/helm.log" ||
+    ! grep -q 'needs config.metricsBindAddress' "$tmp/helm.log"; then
+    cat "$tmp/helm.log"
+    record chart-refusal FAIL "a ServiceMonitor on a loopback metrics address must be refused"
+else
+    record chart-refusal PASS "a ServiceMonitor on loopback metrics is refused, saying why"
+fi
+
+# ---- 7. deploy/ as a kustomize base, with the overlay deploy/README.md shows
+kubectl=$repo/target/peers/kubectl
+if [ ! -x "$kubectl" ]; then
+    record kustomize SKIP "no target/peers/kubectl (tests/peers/build.sh)"
+elif "$kubectl" kustomize tests/deploy/overlay >"$tmp/kustomized.yaml" 2>"$tmp/kustomize.log" &&
+    ! grep -q PLACEHOLDER "$tmp/kustomized.yaml" &&
+    [ "$(grep -c 'image: registry.example.com/kube-proxy-ipvs:0.1.0' "$tmp/kustomized.yaml")" = 2 ] &&
+    "$python" -m kubernetes_validate --strict --quiet -k "$k8s_version" "$tmp/kustomized.yaml" >>"$tmp/kustomize.log" 2>&1; then
+    record kustomize PASS "tests/deploy/overlay: the operator's image and configuration, valid"
+else
+    cat "$tmp/kustomize.log"
+    record kustomize FAIL "kubectl kustomize tests/deploy/overlay"
 fi
 
 echo

@@ -13,7 +13,8 @@
 #      --write-config-to, with the DaemonSet's flags, when a binary is given) holds each of
 #      kube-proxy's settings, in IPVS mode with the agent's kubeconfig; the init container's
 #      sysctls carry strict ARP and the conntrack timeout; both containers run the image and
-#      the agent's command carries the logging flag; kube-proxy's objects are gone; a second
+#      the agent's command carries the logging flag; the DaemonSet's healthz port (its probes')
+#      follows kube-proxy's healthzBindAddress; kube-proxy's objects are gone; a second
 #      swap refuses and keeps the backup;
 #   2. going back restores kube-proxy's DaemonSet and ConfigMap as they were and removes the
 #      agent's objects;
@@ -97,6 +98,7 @@ data:
       tcpTimeout: 15m
       udpTimeout: 5s
     mode: ""
+    healthzBindAddress: 0.0.0.0:10266
     nodePortAddresses:
     - 192.168.56.0/24
     oomScoreAdj: -999
@@ -200,6 +202,10 @@ k -n kube-system get configmap kube-proxy-ipvs -o 'jsonpath={.data.sysctls}' >"$
 grep -q 'server: https://192.168.56.10:6443$' "$tmp/kubeconfig.conf" || fail "the agent's API server is not kube-proxy's"
 images=$(k -n kube-system get daemonset kube-proxy-ipvs -o 'jsonpath={.spec.template.spec.initContainers[*].image} {.spec.template.spec.containers[*].image}')
 [ "$images" = "$image $image" ] || fail "the agent's images: $images"
+ports=$(k -n kube-system get daemonset kube-proxy-ipvs -o 'jsonpath={range .spec.template.spec.containers[0].ports[*]}{.name}={.containerPort} {end}')
+[ "$ports" = "healthz=10266 metrics=10249 " ] || fail "the DaemonSet's ports do not follow healthzBindAddress 0.0.0.0:10266: $ports"
+probe=$(k -n kube-system get daemonset kube-proxy-ipvs -o 'jsonpath={.spec.template.spec.containers[0].livenessProbe.httpGet.port}')
+[ "$probe" = healthz ] || fail "the liveness probe is on $probe, not the port named healthz"
 mapfile -t command < <(k -n kube-system get daemonset kube-proxy-ipvs -o 'jsonpath={range .spec.template.spec.containers[0].command[*]}{@}{"\n"}{end}')
 [[ " ${command[*]} " == *" --v=2 "* ]] || fail "kube-proxy's --v=2 is not in the agent's command: ${command[*]}"
 for line in net/ipv4/conf/all/arp_ignore=1 net/ipv4/conf/all/arp_announce=2; do

@@ -23,6 +23,8 @@ step "host tests"
 cargo test --workspace
 step "the libraries as packages (publish dry run, an outside consumer, the API check)"
 bash tests/libraries.sh
+step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached; kubectl renders the kustomize base in the deployment checks)"
+bash tests/peers/build.sh >/dev/null
 step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
@@ -36,12 +38,12 @@ step "the benchmark page (bench/plot.py draws on any results file; BENCHMARKS.md
 python3 -m unittest discover -s bench -q
 step "the e2e comparison's records and page (tests/cluster/report.py merges only records of one build)"
 python3 -m unittest discover -s tests/cluster -q
-step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached)"
-bash tests/peers/build.sh >/dev/null
 step "kube-proxy's command line: every flag of the real kube-proxy's --help, and its feature gates"
 bash tests/check-flags.sh --binary target/debug/kube-proxy-ipvs --kube-proxy target/peers/kube-proxy
 step "the swap guide's commands against the real kube-apiserver (deploy/swap.sh)"
 bash tests/check-swap.sh --binary target/debug/kube-proxy-ipvs
+step "the agent's RBAC against the real system:node-proxier (tests/check-rbac.sh)"
+bash tests/check-rbac.sh
 # The lab cluster's Go programs build meanwhile, at the lowest priority: the emulated VM
 # leaves the host's cores idle while its tests wait, and the build takes only that time.
 mkdir -p target

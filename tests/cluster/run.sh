@@ -87,6 +87,8 @@ images=${CLUSTER_IMAGES:-$(bash "$here/images.sh" | tail -1)}
 store=$(bash "$here/node-store.sh" "$images" "$bins/bin" | tail -1)
 cargo build --quiet -p lab
 lab=$root/target/debug/lab
+# helm from its Go module (deploy/render.sh builds it once): the agent goes in through the chart.
+helm=$(bash deploy/render.sh --print-helm)
 cargo run --quiet -p lab -- image >/dev/null
 kubectl() { "$peers/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
 
@@ -265,11 +267,12 @@ done
 # --- the service proxy, as an operator installs it ---------------------------------------
 case $proxy in
     agent)
-        kubectl apply -f deploy/rbac.yaml >/dev/null
-        # The metrics on the node's address, as for kube-proxy: the host samples them.
-        sed "s|CLUSTER_CIDR_PLACEHOLDER|$pod_cidr|; s|APISERVER_PLACEHOLDER|https://$api_ip:6443|; s|metricsBindAddress: 127.0.0.1:10249|metricsBindAddress: 0.0.0.0:10249|" \
-            deploy/configmap.yaml | kubectl apply -f - >/dev/null
-        kubectl apply -f deploy/daemonset.yaml >/dev/null
+        # Through the chart (deploy/chart, whose default rendering is deploy/*.yaml), as an
+        # operator with helm installs it; the metrics on the node's address, as for
+        # kube-proxy: the host samples them.
+        "$helm" template kube-proxy-ipvs deploy/chart --namespace kube-system \
+            --set apiServer="https://$api_ip:6443" --set config.clusterCIDR="$pod_cidr" \
+            --set config.metricsBindAddress=0.0.0.0:10249 | kubectl apply -f - >/dev/null
         ds=kube-proxy-ipvs
         ;;
     kube-proxy)

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use kube_proxy_ipvs_agent::health::{ProxyHealth, handle};
 use kube_proxy_ipvs_agent::web::Request;
 
-/// The agent container's `probe` (`livenessProbe`, `readinessProbe`) as (path, port).
+/// The agent container's `probe` (`livenessProbe`, `readinessProbe`) as (path, port number).
 fn probe(kind: &str) -> Option<(String, u64)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/daemonset.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/daemonset.yaml");
@@ -17,7 +17,16 @@ fn probe(kind: &str) -> Option<(String, u64)> {
         .iter()
         .find(|c| c["name"].as_str() == Some("kube-proxy-ipvs"))?;
     let get = &agent[kind]["httpGet"];
-    Some((get["path"].as_str()?.to_string(), get["port"].as_u64()?))
+    // The port by number, or by the name of one of the container's ports (the chart's way).
+    let port = match get["port"].as_str() {
+        Some(name) => agent["ports"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))?["containerPort"]
+            .as_u64()?,
+        None => get["port"].as_u64()?,
+    };
+    Some((get["path"].as_str()?.to_string(), port))
 }
 
 fn status(health: &ProxyHealth, path: &str) -> u16 {

@@ -411,6 +411,8 @@ impl ControlPlane {
             .map_err(|e| Error::Setup(e.to_string()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            // kustomize's own file, not an object the API server knows.
+            .filter(|p| p.file_name().is_some_and(|n| n != "kustomization.yaml"))
             .collect();
         manifests.sort();
         for m in &manifests {
