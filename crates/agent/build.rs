@@ -3,8 +3,11 @@
 //! The commit is the last one that changed the workspace's crates or its Cargo.toml or
 //! Cargo.lock, not HEAD: a commit elsewhere (a test harness, a page) builds the same binary,
 //! and so the same image, which is what lets e2e shards run at different commits be merged.
-//! Outside a git checkout (a packaged crate, a source tarball) both are kube's defaults for
-//! an unknown build: `unknown` and the epoch.
+//! `KUBE_PROXY_IPVS_GIT_COMMIT` and `KUBE_PROXY_IPVS_BUILD_DATE` in the build's environment
+//! win over git: the image's builder stage has no `.git` (.dockerignore leaves it out), and
+//! deploy/build-image.sh passes both from the checkout as build arguments. With neither git
+//! nor the variables (a packaged crate, a source tarball) both are kube's defaults for an
+//! unknown build: `unknown` and the epoch.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,26 +17,32 @@ fn main() {
     // crates/agent's parent holds every crate; the workspace's manifest and lock file are
     // two levels up.
     let sources = ["--", "..", "../../Cargo.toml", "../../Cargo.lock"];
-    let commit = git(
-        &dir,
-        &[&["log", "-1", "--format=%H"][..], &sources].concat(),
-    )
-    .unwrap_or_else(|| "unknown".into());
+    let commit = given("KUBE_PROXY_IPVS_GIT_COMMIT")
+        .or_else(|| {
+            git(
+                &dir,
+                &[&["log", "-1", "--format=%H"][..], &sources].concat(),
+            )
+        })
+        .unwrap_or_else(|| "unknown".into());
     // The commit's own date, not the build's: the same commit builds the same binary.
-    let date = git(
-        &dir,
-        &[
-            &[
-                "log",
-                "-1",
-                "--format=%cd",
-                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
-            ][..],
-            &sources,
-        ]
-        .concat(),
-    )
-    .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());
+    let date = given("KUBE_PROXY_IPVS_BUILD_DATE")
+        .or_else(|| {
+            git(
+                &dir,
+                &[
+                    &[
+                        "log",
+                        "-1",
+                        "--format=%cd",
+                        "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+                    ][..],
+                    &sources,
+                ]
+                .concat(),
+            )
+        })
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());
     println!("cargo:rustc-env=KUBE_PROXY_IPVS_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=KUBE_PROXY_IPVS_BUILD_DATE={date}");
     // Without git, only this script's own change reruns it (not every source file's).
@@ -54,6 +63,12 @@ fn main() {
             rerun_if_changed(&packed);
         }
     }
+}
+
+/// A non-empty build variable, and a rerun of this script when it changes.
+fn given(name: &str) -> Option<String> {
+    println!("cargo:rerun-if-env-changed={name}");
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// `git ARGS` in `dir`, its first line of output; `None` when git is missing or fails.

@@ -388,17 +388,21 @@ where
     from_matches(args, &command, &matches)
 }
 
-/// What `--version` prints: kube-proxy prints `Kubernetes v1.37.2`; `raw` adds the build.
+/// What `--version` prints: kube-proxy prints `Kubernetes v1.37.2`; this adds the commit
+/// and its date (build.rs: the last commit of the crates, or what the image build passed), so
+/// that two builds can be told apart; `raw` adds the flags' version and the platform.
 fn version(raw: bool) -> String {
     let v = env!("CARGO_PKG_VERSION");
+    let commit = env!("KUBE_PROXY_IPVS_GIT_COMMIT");
+    let date = env!("KUBE_PROXY_IPVS_BUILD_DATE");
     if raw {
         format!(
-            "kube-proxy-ipvs v{v} (kube-proxy v1.37 flags; {} {})",
+            "kube-proxy-ipvs v{v} (commit {commit}, {date}; kube-proxy v1.37 flags; {} {})",
             std::env::consts::OS,
             std::env::consts::ARCH
         )
     } else {
-        format!("kube-proxy-ipvs v{v}")
+        format!("kube-proxy-ipvs v{v} (commit {commit}, {date})")
     }
 }
 
@@ -450,6 +454,24 @@ mod tests {
     use crate::config_file::gates::GateError;
     use crate::config_file::{FieldError, Problem, Warning};
     use crate::model::snapshot::cluster::Family;
+
+    #[test]
+    fn the_version_names_the_build_it_is() {
+        // Two builds of v0.1.0 must be told apart: both forms carry the commit and its date.
+        for raw in [false, true] {
+            let printed = version(raw);
+            let head = format!("kube-proxy-ipvs v{} (commit ", env!("CARGO_PKG_VERSION"));
+            assert!(printed.starts_with(&head), "{printed}");
+            assert!(
+                printed.contains(env!("KUBE_PROXY_IPVS_GIT_COMMIT")),
+                "{printed}"
+            );
+            assert!(
+                printed.contains(env!("KUBE_PROXY_IPVS_BUILD_DATE")),
+                "{printed}"
+            );
+        }
+    }
 
     /// Why a command line is refused: by clap (syntax, a value parser) or by the
     /// configuration.
