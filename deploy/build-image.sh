@@ -74,6 +74,23 @@ if [ "$packages_only" = 1 ]; then
     exit 0
 fi
 
+# What the image is: the last commit of the agent's sources (as build.rs reads it, so that
+# --version, kubernetes_build_info and the labels agree), its date, and the crate's version.
+# The builder stage has no .git (.dockerignore), so both go in as build arguments.
+sources="crates Cargo.toml Cargo.lock"
+# shellcheck disable=SC2086 # a list of paths
+git_commit=$(git -C "$repo" log -1 --format=%H -- $sources 2>/dev/null || true)
+# shellcheck disable=SC2086
+build_date=$(TZ=UTC git -C "$repo" log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ -- $sources 2>/dev/null || true)
+git_commit=${git_commit:-unknown} build_date=${build_date:-1970-01-01T00:00:00Z}
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -1)
+export KUBE_PROXY_IPVS_GIT_COMMIT="$git_commit" KUBE_PROXY_IPVS_BUILD_DATE="$build_date"
+label_args="--label=org.opencontainers.image.title=kube-proxy-ipvs
+--label=org.opencontainers.image.revision=$git_commit
+--label=org.opencontainers.image.version=$version
+--label=org.opencontainers.image.created=$build_date
+--label=org.opencontainers.image.licenses=Apache-2.0"
+
 builder=${BUILDER:-}
 if [ -z "$builder" ]; then
     for b in podman buildah docker; do
@@ -115,13 +132,19 @@ if [ "$builder" = rootfs ]; then
     # shellcheck disable=SC2046 # one path a line
     set -- $(echo "$layers" | sed -n 's/^layer //p') "$agent"
     IFS=$ifs
-    python3 "$here/oci-archive.py" image --tag "$tag" --gzip -o "$save" \
+    IFS='
+'
+    # shellcheck disable=SC2086 # one argument a line
+    python3 "$here/oci-archive.py" image --tag "$tag" --gzip -o "$save" $label_args \
         --entrypoint '["/usr/local/bin/kube-proxy-ipvs"]' "$@"
+    IFS=$ifs
     echo "saved $tag to $save"
     exit 0
 fi
 
-echo "building $tag with $builder from $repo"
+echo "building $tag with $builder from $repo (commit $git_commit)"
+set -- --build-arg "GIT_COMMIT=$git_commit" --build-arg "BUILD_DATE=$build_date" \
+    --build-arg "VERSION=$version" "$@"
 case $builder in
     buildah) buildah bud -f "$here/Containerfile" -t "$tag" "$@" "$repo" ;;
     *) "$builder" build -f "$here/Containerfile" -t "$tag" "$@" "$repo" ;;

@@ -397,6 +397,14 @@ def cmd_image(args):
             raise SystemExit(f"oci-archive: --{key.lower()} must be a JSON list of strings")
     if args.workdir:
         config["WorkingDir"] = args.workdir
+    if args.label:
+        labels = {}
+        for kv in args.label:
+            key, sep, value = kv.partition("=")
+            if not sep or not key:
+                raise SystemExit(f"oci-archive: --label {kv!r} is not KEY=VALUE")
+            labels[key] = value
+        config["Labels"] = labels
     out_dir = os.path.dirname(os.path.abspath(args.output))
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".oci-archive.") as work:
         layers = [prepare_layer(src, args.gzip, work) for src in args.layers]
@@ -444,6 +452,8 @@ def main(argv=None):
     im.add_argument("--cmd", help='a JSON list, e.g. \'["sh"]\'')
     im.add_argument("--env", action="append", default=[], metavar="K=V")
     im.add_argument("--workdir")
+    im.add_argument("--label", action="append", default=[], metavar="K=V",
+                    help="an image label (org.opencontainers.image.revision=...)")
     im.add_argument("--arch", help="GOARCH-style (default: this machine's)")
     im.add_argument("--gzip", action="store_true", help="compress the layers")
     im.add_argument("-o", "--output", required=True)

@@ -28,6 +28,7 @@ bash tests/peers/build.sh >/dev/null
 step "deployment checks (manifests, Vagrantfile, scripts)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
+bash tests/check-image.sh target/debug/kube-proxy-ipvs
 step "the documentation (each flag, file, test, metric and link the README, CONTRIBUTING.md, deploy/, vagrant/ and docs/ pages name exists)"
 bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md
 step "figures on the pages (tests/check_figures.py: each measured one is in the result it names; the README's first-run block is tests/cold/*.json's)"
