@@ -58,8 +58,10 @@ fn endpoint_slice_inner(slice: &discovery::EndpointSlice) -> Result<Option<Endpo
     };
     within_limits(slice)?;
     let ports = slice_ports(slice.ports.iter().flatten())?;
-    let mut endpoints = Vec::with_capacity(slice.endpoints.len());
-    for (i, ep) in slice.endpoints.iter().enumerate() {
+    // Optional in the newer API types (k8s-openapi v1_37); absent is none, as for kube-proxy.
+    let given = slice.endpoints.as_deref().unwrap_or_default();
+    let mut endpoints = Vec::with_capacity(given.len());
+    for (i, ep) in given.iter().enumerate() {
         endpoints.push(endpoint(i, ep, family)?);
     }
     Ok(Some(EndpointSlice {
@@ -118,10 +120,11 @@ fn within_limits(slice: &discovery::EndpointSlice) -> Result<(), Reason> {
             max: MAX_SLICE_PORTS,
         });
     }
-    if slice.endpoints.len() > MAX_SLICE_ENDPOINTS {
+    let endpoints = slice.endpoints.as_deref().unwrap_or_default();
+    if endpoints.len() > MAX_SLICE_ENDPOINTS {
         return Err(Reason::TooMany {
             field: "endpoints".into(),
-            count: slice.endpoints.len(),
+            count: endpoints.len(),
             max: MAX_SLICE_ENDPOINTS,
         });
     }

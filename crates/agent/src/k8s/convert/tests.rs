@@ -549,6 +549,17 @@ const SLICE_META: &str =
     "metadata:\n  name: web-abc\n  namespace: shop\n  labels: {kubernetes.io/service-name: web}\n";
 
 #[test]
+fn a_slice_without_endpoints_is_an_empty_slice() {
+    // The API lets `endpoints` be left out (k8s-openapi v1_37 reads it as absent): a Service
+    // scaled to zero, as kube-proxy reads it, not a malformed object.
+    let got = ok_slice(&format!(
+        "{SLICE_META}addressType: IPv4\nports: [{{port: 8080}}]\n"
+    ));
+    assert!(got.endpoints.is_empty(), "{got:?}");
+    assert_eq!(got.ports.len(), 1);
+}
+
+#[test]
 fn endpoint_slice_defaults() {
     let got = ok_slice(&format!(
         "{SLICE_META}addressType: IPv4\nports: [{{port: 8080}}]\nendpoints:\n- addresses: [10.244.0.2]\n"
