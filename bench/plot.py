@@ -680,38 +680,18 @@ def main(argv=None):
         else:
             out.mkdir(parents=True, exist_ok=True)
             path.write_text(svg)
-    if a.page:
-        page = pathlib.Path(a.page)
-        text = page.read_text() if page.exists() else ""
-        new = page_with_table(text, r)
-        if new is None:
-            print(f"plot: {page} has no table markers ({MARK_BEGIN} ... {MARK_END})", file=sys.stderr)
-            if a.check:
-                stale.append(str(page))
-        elif a.check:
-            if new != text:
-                stale.append(str(page))
-        elif new != text:
-            page.write_text(new)
-    if a.readme:
-        readme = pathlib.Path(a.readme)
-        text = readme.read_text() if readme.exists() else ""
-        new = page_with_table(text, r, README_BEGIN, README_END, summary)
-        if new is None:
-            print(f"plot: {readme} has no summary markers ({README_BEGIN} ... {README_END})", file=sys.stderr)
-            if a.check:
-                stale.append(str(readme))
-        elif a.check:
-            if new != text:
-                stale.append(str(readme))
-        elif new != text:
-            readme.write_text(new)
-    if a.sizing:
-        doc = pathlib.Path(a.sizing)
+    # Each page's generated block: (file, markers, what writes it).
+    blocks = [(a.page, MARK_BEGIN, MARK_END, table, "table"),
+              (a.readme, README_BEGIN, README_END, summary, "summary"),
+              (a.sizing, SIZING_BEGIN, SIZING_END, sizing, "sizing")]
+    for path, begin, end, write, what in blocks:
+        if not path:
+            continue
+        doc = pathlib.Path(path)
         text = doc.read_text() if doc.exists() else ""
-        new = page_with_table(text, r, SIZING_BEGIN, SIZING_END, sizing)
+        new = page_with_table(text, r, begin, end, write)
         if new is None:
-            print(f"plot: {doc} has no sizing markers ({SIZING_BEGIN} ... {SIZING_END})", file=sys.stderr)
+            print(f"plot: {doc} has no {what} markers ({begin} ... {end})", file=sys.stderr)
             if a.check:
                 stale.append(str(doc))
         elif a.check:
