@@ -12,11 +12,18 @@
 # checked with `kube-proxy-ipvs --version` chrooted in the result, and written as a
 # docker-archive by deploy/oci-archive.py (--save FILE, else target/kube-proxy-ipvs-image.tar).
 #
-#   deploy/build-image.sh [--tag TAG] [--save FILE] [-- extra build args]
+#   deploy/build-image.sh [--tag TAG] [--save FILE] [--arch amd64|arm64] [-- extra build args]
 #   deploy/build-image.sh --packages      the runtime packages (the Containerfile's, and
 #                                         EXTRA_PACKAGES), one line
 #
 #   --tag     the image name (default: localhost/kube-proxy-ipvs:dev, as deploy/ uses)
+#   --arch    the image's architecture (default: this machine's). With podman, buildah or
+#             docker: --platform linux/ARCH (the Containerfile then builds under their
+#             emulation; register qemu-user with binfmt_misc first). The rootfs way
+#             cross-compiles the agent (cargo --target aarch64-unknown-linux-gnu: Debian's
+#             gcc-aarch64-linux-gnu and libipset-dev:arm64, which tests/setup.sh installs; see
+#             .cargo/config.toml) and builds the arm64 Debian tree under qemu-user
+#             (deploy/debian-rootfs.sh, DEBIAN_ARCH).
 #   --save    also write a docker-archive tarball, for `ctr -n k8s.io images import FILE`
 #             on nodes without a registry (the vagrant cluster does this)
 #   AGENT_BINARY=PATH   (rootfs only) put this agent binary in the image instead of building
@@ -31,12 +38,15 @@ repo=$(dirname "$here")
 tag=localhost/kube-proxy-ipvs:dev
 save=
 packages_only=0
+host_arch=$(dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/;s/aarch64/arm64/')
+arch=$host_arch
 
 while [ $# -gt 0 ]; do
     case $1 in
         --tag) tag=$2; shift 2 ;;
         --save) save=$2; shift 2 ;;
         --packages) packages_only=1; shift ;;
+        --arch) arch=$2; shift 2 ;;
         --) shift; break ;;
         -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -68,6 +78,12 @@ runtime_packages() {
     # shellcheck disable=SC2086 # lists of words
     echo $pkgs $extra
 }
+
+case $arch in
+    amd64) triple=x86_64-unknown-linux-gnu ;;
+    arm64) triple=aarch64-unknown-linux-gnu ;;
+    *) echo "--arch $arch: amd64 or arm64" >&2; exit 2 ;;
+esac
 
 if [ "$packages_only" = 1 ]; then
     runtime_packages "$@"
@@ -109,12 +125,16 @@ if [ "$builder" = rootfs ]; then
     if ! grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
         echo "warning: not a Debian bookworm host: the binary may need a newer glibc than the image's" >&2
     fi
-    echo "building $tag from $repo: cargo, then Debian bookworm minbase + $packages" >&2
+    echo "building $tag ($arch) from $repo: cargo, then Debian bookworm minbase + $packages" >&2
     binary=${AGENT_BINARY:-}
-    if [ -z "$binary" ]; then
+    if [ -z "$binary" ] && [ "$arch" = "$host_arch" ]; then
         (cd "$repo" && cargo build --release --locked -p kube-proxy-ipvs-agent)
         binary=$repo/target/release/kube-proxy-ipvs
+    elif [ -z "$binary" ]; then
+        (cd "$repo" && cargo build --release --locked -p kube-proxy-ipvs-agent --target "$triple")
+        binary=$repo/target/$triple/release/kube-proxy-ipvs
     fi
+    export DEBIAN_ARCH="$arch"
     # shellcheck disable=SC2086 # a list of words
     layers=$("$here/debian-rootfs.sh" $packages)
     rootfs=$(echo "$layers" | sed -n 's/^rootfs //p')
@@ -135,7 +155,7 @@ if [ "$builder" = rootfs ]; then
     IFS='
 '
     # shellcheck disable=SC2086 # one argument a line
-    python3 "$here/oci-archive.py" image --tag "$tag" --gzip -o "$save" $label_args \
+    python3 "$here/oci-archive.py" image --tag "$tag" --arch "$arch" --gzip -o "$save" $label_args \
         --entrypoint '["/usr/local/bin/kube-proxy-ipvs"]' "$@"
     IFS=$ifs
     echo "saved $tag to $save"
@@ -143,6 +163,7 @@ if [ "$builder" = rootfs ]; then
 fi
 
 echo "building $tag with $builder from $repo (commit $git_commit)"
+[ "$arch" = "$host_arch" ] || set -- --platform "linux/$arch" "$@"
 set -- --build-arg "GIT_COMMIT=$git_commit" --build-arg "BUILD_DATE=$build_date" \
     --build-arg "VERSION=$version" "$@"
 case $builder in

@@ -26,12 +26,18 @@
 # builds several images builds them on one snapshot). A rebuild on an unchanged snapshot
 # takes no time; a newer snapshot builds anew and removes the older trees of the same
 # packages. Without a network, the newest tree of the same packages is used.
+#
+# DEBIAN_ARCH=arm64 builds another architecture's tree (default: this machine's). Its packages'
+# scripts then run under qemu-user: qemu-user-static is installed when missing and its
+# binfmt_misc entry registered (as root), as `docker run --privileged tonistiigi/binfmt` would.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 cache=${IMAGE_CACHE:-$repo/target/image-cache}/debian
 suite=bookworm
+host_arch=$(dpkg --print-architecture 2>/dev/null || echo amd64)
+arch=${DEBIAN_ARCH:-$host_arch}
 log() { echo "debian-rootfs: $*" >&2; }
 
 # One "URI SUITE" line per enabled deb source of the host.
@@ -96,7 +102,11 @@ rootfs_dir() { # SNAPSHOT PKG...
     for p in $pkgs; do
         case $p in *[!a-z0-9.+:=~-]*) log "not a package name: $p"; exit 2 ;; esac
     done
-    pkgkey=$(printf '%s\n' "$suite" "$pkgs" "$mirror" "$security" "$(cat "$0")" | sha 12)
+    # Another architecture's trees have keys of their own; the host's add nothing.
+    archkey=
+    [ "$arch" = "$host_arch" ] || archkey=$arch
+    # shellcheck disable=SC2086 # empty for the host's: no line at all
+    pkgkey=$(printf '%s\n' "$suite" "$pkgs" "$mirror" "$security" "$(cat "$0")" $archkey | sha 12)
     if [ -z "$snap" ]; then
         # Offline: the newest tree of the same packages.
         dir=
@@ -123,7 +133,8 @@ rootfs_dir() { # SNAPSHOT PKG...
         log "installing mmdebstrap"
         apt-get install -y -q mmdebstrap >&2 || { apt-get update -q >&2 && apt-get install -y -q mmdebstrap >&2; }
     fi
-    log "minbase + $pkgs on $mirror ($snap)"
+    log "minbase + $pkgs on $mirror ($snap, $arch)"
+    foreign_binfmt
     tmp=$dir.tmp.$$
     rm -rf "$tmp"
     mkdir -p "$tmp"
@@ -133,7 +144,7 @@ rootfs_dir() { # SNAPSHOT PKG...
     # are the runtime's to give.
     # shellcheck disable=SC2016 # mmdebstrap's hook expands $1 (the chroot)
     cleanup='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/etc/hostname "$1"/etc/resolv.conf'
-    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0} mmdebstrap --quiet --variant=minbase \
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0} mmdebstrap --quiet --variant=minbase --architectures="$arch" \
         --include="$include" \
         --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
         --aptopt='APT::Install-Recommends "false"' \
@@ -157,7 +168,7 @@ rootfs_dir() { # SNAPSHOT PKG...
     else
         tar -C "$tmp/rootfs" -xf "$tmp/rootfs.tar"
     fi
-    printf '%s\n' "suite=$suite" "packages=$pkgs" "mirror=$mirror" "security=$security" \
+    printf '%s\n' "suite=$suite" "arch=$arch" "packages=$pkgs" "mirror=$mirror" "security=$security" \
         "snapshot=$snap" >"$tmp/INFO"
     # Older snapshots of the same packages are superseded.
     for old in "$cache/$suite-$pkgkey"-*; do
@@ -167,6 +178,30 @@ rootfs_dir() { # SNAPSHOT PKG...
     rm -rf "$dir"
     mv "$tmp" "$dir"
     echo "$dir"
+}
+
+# Another architecture's programs (its packages' scripts, a check run in its tree) run through
+# qemu-user's binfmt_misc entry, registered here when missing. The F flag of Debian's entry
+# loads the interpreter at registration, so that it works inside a chroot too.
+foreign_binfmt() {
+    [ "$arch" != "$host_arch" ] || return 0
+    case $arch in arm64) q=aarch64 ;; armhf | armel) q=arm ;; ppc64el) q=ppc64le ;; *) q=$arch ;; esac
+    # arch-test: mmdebstrap checks with it that the architecture's programs run.
+    if [ ! -f "/usr/lib/binfmt.d/qemu-$q.conf" ] || ! command -v arch-test >/dev/null 2>&1; then
+        log "installing qemu-user-static and arch-test (to run $arch programs)"
+        apt-get install -y -q qemu-user-static arch-test >&2 ||
+            { apt-get update -q >&2 && apt-get install -y -q qemu-user-static arch-test >&2; }
+    fi
+    [ -e "/proc/sys/fs/binfmt_misc/qemu-$q" ] && return 0
+    [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || {
+        log "cannot mount binfmt_misc: $arch programs cannot run here"
+        exit 1
+    }
+    cat "/usr/lib/binfmt.d/qemu-$q.conf" >/proc/sys/fs/binfmt_misc/register || {
+        log "cannot register qemu-$q with binfmt_misc (as root?)"
+        exit 1
+    }
+    log "registered qemu-$q with binfmt_misc"
 }
 
 run_in() { # ROOTFS DIR COMMAND...
@@ -197,6 +232,7 @@ case ${1:-} in
         fi
         r=$2 o=$3
         shift 4
+        foreign_binfmt
         run_in "$r" "$o" "$@"
         exit $?
         ;;

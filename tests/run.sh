@@ -25,10 +25,11 @@ step "the libraries as packages (publish dry run, an outside consumer, the API c
 bash tests/libraries.sh
 step "upstream peers (kube-apiserver, kube-proxy, kubectl, etcd from their Go modules; cached; kubectl renders the kustomize base in the deployment checks)"
 bash tests/peers/build.sh >/dev/null
-step "deployment checks (manifests, Vagrantfile, scripts)"
+step "deployment checks (manifests, Vagrantfile, scripts; the image, amd64 and arm64)"
 cargo build --quiet -p kube-proxy-ipvs-agent
 bash tests/check-deploy.sh --binary target/debug/kube-proxy-ipvs
 bash tests/check-image.sh target/debug/kube-proxy-ipvs
+bash tests/check-arm64.sh target/debug/kube-proxy-ipvs
 step "the documentation (each flag, file, test, metric and link the README, CONTRIBUTING.md, deploy/, vagrant/ and docs/ pages name exists)"
 bash tests/check-docs.sh --binary target/debug/kube-proxy-ipvs README.md CONTRIBUTING.md deploy/README.md vagrant/README.md docs/*.md
 step "figures on the pages (tests/check_figures.py: each measured one is in the result it names; the README's first-run block is tests/cold/*.json's)"

@@ -45,7 +45,18 @@ packages=(
     libipset-dev pkg-config libclang-dev clang
     # the lab cluster (tests/cluster): runc's static seccomp, the images' Debian root (mmdebstrap)
     libseccomp-dev gcc libc6-dev mmdebstrap python3
+    # arm64 (tests/check-arm64.sh): the cross linker, and qemu-user to run the result
+    # (arch-test: mmdebstrap's check that it can; libipset-dev:arm64 below)
+    gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static arch-test
 )
+# arm64's libipset (and with it the arm64 glibc that qemu-user runs the agent on) come from
+# Debian's multiarch, which needs the architecture added first.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "setup: dpkg --add-architecture arm64" >&2
+    dpkg --add-architecture arm64
+    apt-get update -qq
+fi
+packages+=(libipset-dev:arm64)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -59,6 +70,12 @@ fi
 # The lab resolves the current cloud kernel with apt-cache: package lists must exist.
 if ! apt-cache depends linux-image-cloud-amd64 2>/dev/null | grep -q 'Depends: linux-image-'; then
     apt-get update -qq
+fi
+# The arm64 Rust standard library, for tests/check-arm64.sh (rustup's; a toolchain without
+# rustup must bring its own).
+if ! rustc --print target-libdir --target aarch64-unknown-linux-gnu 2>/dev/null | xargs -r ls 2>/dev/null | grep -q '^libstd-'; then
+    echo "setup: rustup target add aarch64-unknown-linux-gnu" >&2
+    rustup target add aarch64-unknown-linux-gnu
 fi
 # cargo-deny, for tests/deny.sh: built from crates.io once, then kept in ~/.cargo/bin.
 if ! command -v cargo-deny >/dev/null; then
