@@ -1,5 +1,5 @@
 //! What the initial read's decoding costs, JSON against protobuf, on the real API server's
-//! bytes (issue 30, item 2: the agent reads JSON, kube-proxy's client asks for protobuf).
+//! bytes (the agent reads JSON; kube-proxy's client asks for protobuf).
 //!
 //! `bench/decode.sh` starts the lab's real kube-apiserver on the host, creates S(N, 5) (the
 //! benches' shape), saves the Service and EndpointSlice lists in both encodings, and runs:

@@ -1,4 +1,4 @@
-//! The scale benchmark of issue 8: the agent against the kernel's own tools on the state
+//! The scale benchmark: the agent against the kernel's own tools on the state
 //! S(N, E), inside the lab VM (`tests/bench.sh`, which runs
 //! `cargo run -p lab -- run --machine pc -- target/release/examples/scale ...`).
 //!

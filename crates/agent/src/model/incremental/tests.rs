@@ -438,7 +438,7 @@ fn run(h: &mut History, steps: &[(Vec<Change>, Then)]) {
     h.sync(false, true).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The bug of issue 41: a slice relabelled to another Service while the kept state lags
+/// A kept-state bug once fixed on a lost branch: a slice relabelled to another Service while the kept state lags
 /// behind (a sync failed before computing), then a change of a third Service. The kept state
 /// of 04f8052 took the slice in under `b` without computing `b` again (the test of that
 /// API, `a_slice_that_moves_to_a_service_not_named_is_found_by_the_next_pass`, failed
