@@ -128,7 +128,7 @@ pub fn clean_blocking(filter: &ConntrackFilter) -> Result<Vec<Cleaned>, Error> {
             .iter()
             .filter(|f| {
                 f.service_protocol()
-                    .is_some_and(|p| filter.is_stale(p, f.destination, f.reply_source.ip()))
+                    .is_some_and(|p| filter.is_stale(p, f.destination, f.reply_source))
             })
             .copied()
             .collect();

@@ -11,6 +11,7 @@ pub fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+#[derive(Clone)]
 pub struct Svc(pub Service);
 
 pub fn svc(name: &str) -> Svc {
@@ -77,6 +78,7 @@ impl Svc {
     }
 }
 
+#[derive(Clone)]
 pub struct Eps(pub EndpointSlice);
 
 /// A slice of Service `name` with one port.

@@ -590,6 +590,151 @@ fn nodeport_addresses_primary_and_node_cidr_come_from_the_node() {
         rules.iter().any(|(_, r)| r.contains("! -s 10.244.7.0/24")),
         "{rules:?}"
     );
+    // `--bind-address` is the node's IP of its family for kube-proxy (detectNodeIPs), and so
+    // what "primary" serves NodePorts on, ahead of the Node's own address.
+    h.addresses.push(crate::model::desired::LocalAddress {
+        interface: "eth2".into(),
+        address: ip("172.16.9.9"),
+    });
+    let bound = crate::model::snapshot::config::ProxyConfig {
+        bind_address: Some(ip("172.16.9.9")),
+        ..cfg.clone()
+    };
+    let np: Vec<String> = desired(&c, &bound, &h)
+        .state
+        .services
+        .keys()
+        .filter(|k| k.port == 30080)
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(np, ["172.16.9.9:30080/tcp"]);
+    // Before the Node is known, the bind address alone is enough.
+    c.node = None;
+    let np: Vec<String> = desired(&c, &bound, &h)
+        .state
+        .services
+        .keys()
+        .filter(|k| k.port == 30080)
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(np, ["172.16.9.9:30080/tcp"]);
+}
+
+/// The endpoints of the Service "web"'s port "" (TCP) in `c`, as "address:port ready".
+fn web_port_endpoints(c: &crate::model::snapshot::cluster::Cluster) -> Vec<String> {
+    use crate::model::snapshot::endpoints::{Topology, port_endpoints};
+    let slices: Vec<&crate::model::snapshot::cluster::EndpointSlice> =
+        c.slices.values().map(|s| &**s).collect();
+    let service = &c.services.values().next().expect("one Service");
+    port_endpoints(
+        &slices,
+        &service.ports[0],
+        Family::V4,
+        &Topology {
+            node: "node-a",
+            ..Topology::default()
+        },
+    )
+    .iter()
+    .map(|e| {
+        format!(
+            "{} {}",
+            e.address,
+            if e.ready { "ready" } else { "not-ready" }
+        )
+    })
+    .collect()
+}
+
+#[test]
+fn one_address_with_two_port_numbers_is_two_endpoints() {
+    // Two host-network pods of one node whose named target port resolves to 8080 and 8081:
+    // kube-proxy keys endpoints by address and port, and makes two real servers.
+    let mut second = eps("web", "", Protocol::Tcp, 8081).ready("192.168.1.10", "node-a");
+    second.0.name = "web-second".into();
+    let c = cluster(
+        vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
+        vec![
+            eps("web", "", Protocol::Tcp, 8080).ready("192.168.1.10", "node-a"),
+            second,
+        ],
+    );
+    assert_eq!(
+        web_port_endpoints(&c),
+        ["192.168.1.10:8080 ready", "192.168.1.10:8081 ready"]
+    );
+}
+
+#[test]
+fn a_reused_pod_ip_is_the_pod_that_is_not_terminating() {
+    // The pod network gave a terminating pod's IP to a new pod that is not ready yet. As
+    // kube-proxy, the new pod's entry wins in either slice order, so the old pod's serving
+    // fallback does not send traffic to an IP the new pod owns.
+    for old_first in [true, false] {
+        let old =
+            eps("web", "", Protocol::Tcp, 8080).endpoint("10.244.0.2", "node-a", false, true, true);
+        let mut new = eps("web", "", Protocol::Tcp, 8080).endpoint(
+            "10.244.0.2",
+            "node-a",
+            false,
+            false,
+            false,
+        );
+        // The slice names decide the order the slices are read in.
+        let (a, b) = if old_first {
+            ("web-a", "web-b")
+        } else {
+            ("web-b", "web-a")
+        };
+        let mut old = old;
+        old.0.name = a.into();
+        new.0.name = b.into();
+        let c = cluster(
+            vec![svc("web").cluster_ip("10.96.0.10").tcp(80)],
+            vec![old, new],
+        );
+        assert_eq!(web_port_endpoints(&c), ["10.244.0.2:8080 not-ready"]);
+        let d = desired(&c, &config(), &host()).state;
+        let vs = d
+            .services
+            .iter()
+            .find(|(k, _)| k.to_string() == "10.96.0.10:80/tcp")
+            .map(|(_, v)| v)
+            .expect("the cluster IP's virtual server");
+        assert!(
+            vs.destinations.is_empty(),
+            "old pod first: {old_first}: {vs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_health_check_counts_only_endpoints_traffic_can_reach() {
+    let mut lb = svc("lb")
+        .cluster_ip("10.96.0.50")
+        .port("http", Protocol::Tcp, 80)
+        .node_port(30050)
+        .load_balancer("203.0.113.50")
+        .etp_local();
+    lb.0.health_check_node_port = Some(32000);
+    // A pod without the Service's named target port: the EndpointSlice controller lists it
+    // in a slice without ports, and kube-proxy's endpoints map never holds it.
+    let mut portless = eps("lb", "http", Protocol::Tcp, 8080).ready("10.244.0.2", "node-a");
+    portless.0.ports.clear();
+    let count = |slices: Vec<crate::model::fixtures::Eps>| {
+        let c = cluster(vec![lb.clone()], slices);
+        crate::model::snapshot::endpoints::health_checks(&c, "node-a", &[Family::V4])
+            .iter()
+            .map(|h| h.local_endpoints)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(count(vec![portless.clone()]), [0]);
+    // Ready and terminating (publishNotReadyAddresses keeps terminating pods ready): kube-proxy
+    // counts what is ready.
+    let mut published =
+        eps("lb", "http", Protocol::Tcp, 8080).endpoint("10.244.0.3", "node-a", true, true, true);
+    published.0.name = "lb-published".into();
+    assert_eq!(count(vec![portless, published]), [1]);
 }
 
 #[test]

@@ -32,8 +32,10 @@ fn slice_ignored_by_kube_proxy(meta: &ObjectMeta) -> bool {
 /// Converts an EndpointSlice.
 ///
 /// `Ok(None)` for a slice kube-proxy does not watch (labelled [`HEADLESS_LABEL`]) and for an
-/// `FQDN` slice. Condition defaults are the API's:
-/// `ready` absent is true, `serving` absent is `ready`, `terminating` absent is false. A port
+/// `FQDN` slice. Condition defaults are kube-proxy's (`addEndpoints`): `ready` and `serving`
+/// absent are true, `terminating` absent is false. (The API's field doc says an absent
+/// `serving` defers to `ready`; kube-proxy reads it as true, and so a terminating endpoint
+/// that says only `ready: false` stays a fallback, as kube-proxy keeps it.) A port
 /// with no number is left out (it would mean "all ports", which kube-proxy does not
 /// support); a port's name defaults to "" and its protocol to TCP. Each endpoint is its first
 /// address, the one kube-proxy uses.
@@ -181,7 +183,7 @@ fn endpoint(i: usize, ep: &discovery::Endpoint, family: Family) -> Result<Endpoi
     }
     let conditions = ep.conditions.as_ref();
     let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
-    let serving = conditions.and_then(|c| c.serving).unwrap_or(ready);
+    let serving = conditions.and_then(|c| c.serving).unwrap_or(true);
     let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
     Ok(Endpoint {
         address,

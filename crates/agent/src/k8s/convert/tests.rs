@@ -613,12 +613,13 @@ fn the_last_change_trigger_time_is_read_and_a_malformed_one_ignored() {
 }
 
 #[test]
-fn endpoint_conditions_default_as_the_api_documents() {
-    // (conditions, ready, serving, terminating)
+fn endpoint_conditions_default_as_kube_proxy_reads_them() {
+    // (conditions, ready, serving, terminating). An absent `serving` is true, as kube-proxy's
+    // `addEndpoints` reads it, not `ready` as the API's field doc suggests.
     let cases = [
         ("{}", true, true, false),
-        ("{ready: false}", false, false, false),
-        ("{ready: false, terminating: true}", false, false, true),
+        ("{ready: false}", false, true, false),
+        ("{ready: false, terminating: true}", false, true, true),
         (
             "{ready: false, serving: true, terminating: true}",
             false,

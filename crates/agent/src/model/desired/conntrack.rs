@@ -4,14 +4,17 @@
 //! a client's datagrams to the endpoint it first reached for as long as the client keeps
 //! sending, long after that endpoint left the Service (kube-proxy #71514, #76664). So after
 //! UDP Services or endpoints change, every conntrack entry whose original destination is a UDP
-//! Service frontend, but whose reply comes from an address that is no serving endpoint of that
-//! port, is deleted; the next datagram then makes a new entry and IPVS schedules it afresh.
+//! Service frontend, but whose reply comes from no serving endpoint (address and port) of that
+//! Service port, is deleted; the next datagram then makes a new entry and IPVS schedules it
+//! afresh.
 //!
-//! The filter follows kube-proxy: endpoints count when they are serving (ready or not,
+//! The filter follows kube-proxy 1.37: endpoints count when they are serving (ready or not,
 //! terminating or not: traffic policies and topology do not matter, so a flow that already
-//! runs is never cut because of them), a port with no serving endpoint is left alone (there is
-//! nowhere better to send its flows), and frontends are the cluster IP, the external IPs,
-//! the load-balancer IPs and the node ports. kube-proxy matches a node port on any
+//! runs is never cut because of them), by address and port (a changed target port makes the
+//! old flows stale). A cluster, external or load-balancer IP with no serving endpoint left
+//! has every flow stale: a one-way sender would otherwise stay sent to a deleted pod for as
+//! long as it sends (kubernetes#139628). A node port with no serving endpoint is left alone,
+//! as kube-proxy leaves it. kube-proxy matches a node port on any
 //! destination address; here it must also be one of the addresses NodePorts are served on, so
 //! a flow that leaves the node for a remote port of the same number is not touched.
 
@@ -23,32 +26,32 @@ use crate::model::snapshot::cluster::{Cluster, Family, Protocol, ServiceType};
 use crate::model::snapshot::config::ProxyConfig;
 use crate::model::snapshot::endpoints::{Topology, port_endpoints};
 
-/// The serving endpoint addresses of every UDP Service frontend that has some.
+/// The serving endpoints of every UDP Service frontend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConntrackFilter {
-    /// Service IP and port (cluster, external and load-balancer IPs) to the addresses of
-    /// its serving endpoints.
-    pub frontends: BTreeMap<SocketAddr, BTreeSet<IpAddr>>,
-    /// Node port (per family) to the addresses of its serving endpoints.
-    pub node_ports: BTreeMap<(Family, u16), BTreeSet<IpAddr>>,
+    /// Service IP and port (cluster, external and load-balancer IPs) to its serving endpoints
+    /// (empty when it has none: then every flow to it is stale).
+    pub frontends: BTreeMap<SocketAddr, BTreeSet<SocketAddr>>,
+    /// Node port (per family) to its serving endpoints (only node ports that have some).
+    pub node_ports: BTreeMap<(Family, u16), BTreeSet<SocketAddr>>,
     /// The local addresses NodePorts are served on.
     pub node_addresses: BTreeSet<IpAddr>,
 }
 
 impl ConntrackFilter {
     /// True when a flow of `protocol` sent to `original_destination` and answered from
-    /// `reply_source` should be deleted: it is a UDP flow to a frontend with serving
-    /// endpoints, and its answers come from none of them.
+    /// `reply_source` should be deleted: it is a UDP flow to a frontend, and its answers come
+    /// from none of that frontend's serving endpoints.
     pub fn is_stale(
         &self,
         protocol: Protocol,
         original_destination: SocketAddr,
-        reply_source: IpAddr,
+        reply_source: SocketAddr,
     ) -> bool {
         if protocol != Protocol::Udp {
             return false;
         }
-        let stale_for = |serving: &BTreeSet<IpAddr>| !serving.contains(&reply_source);
+        let stale_for = |serving: &BTreeSet<SocketAddr>| !serving.contains(&reply_source);
         if self
             .frontends
             .get(&original_destination)
@@ -149,23 +152,20 @@ pub fn conntrack_filter_of(
                 .filter(|ip| Family::of(ip) == family)
                 .collect();
             for port in service.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
-                let serving: BTreeSet<IpAddr> =
+                let serving: BTreeSet<SocketAddr> =
                     port_endpoints(slices.of(&service.id), port, family, &topology)
                         .iter()
                         .filter(|e| e.serving)
-                        .map(|e| e.address.ip())
+                        .map(|e| e.address)
                         .collect();
-                if serving.is_empty() {
-                    continue;
-                }
                 for ip in &frontend_ips {
                     // Two Services on one frontend: the first keeps it, as in the desired state.
                     out.frontends
                         .entry(SocketAddr::new(*ip, port.port))
                         .or_insert_with(|| serving.clone());
                 }
-                if let (Some(node_port), ServiceType::NodePort | ServiceType::LoadBalancer) =
-                    (port.node_port, service.kind)
+                if let (Some(node_port), ServiceType::NodePort | ServiceType::LoadBalancer, false) =
+                    (port.node_port, service.kind, serving.is_empty())
                 {
                     out.node_ports.entry((family, node_port)).or_insert(serving);
                 }
@@ -188,6 +188,10 @@ mod tests {
         ips.iter().map(|s| ip(s)).collect()
     }
 
+    fn sas(addrs: &[&str]) -> BTreeSet<SocketAddr> {
+        addrs.iter().map(|s| sa(s)).collect()
+    }
+
     #[test]
     fn udp_frontends_map_to_their_serving_endpoints() {
         let c = cluster(
@@ -200,10 +204,12 @@ mod tests {
                     .external_ip("198.51.100.1"),
                 // TCP only: nothing to clean.
                 svc("web").cluster_ip("10.96.0.20").tcp(80),
-                // No serving endpoint: skipped.
+                // No serving endpoint: every flow to its cluster IP is stale, its node port
+                // is left alone.
                 svc("empty")
                     .cluster_ip("10.96.0.30")
-                    .port("", Protocol::Udp, 53),
+                    .port("", Protocol::Udp, 53)
+                    .node_port(30054),
                 svc("alias")
                     .cluster_ip("10.96.0.40")
                     .port("", Protocol::Udp, 53)
@@ -228,11 +234,12 @@ mod tests {
             ],
         );
         let f = conntrack_filter(&c, &config(), &host());
-        let serving = set(&["10.244.0.2", "10.244.1.2"]);
+        let serving = sas(&["10.244.0.2:5353", "10.244.1.2:5353"]);
         assert_eq!(
             f.frontends,
             [
                 (sa("10.96.0.10:53"), serving.clone()),
+                (sa("10.96.0.30:53"), BTreeSet::new()),
                 (sa("198.51.100.1:53"), serving.clone()),
                 (sa("203.0.113.7:53"), serving.clone()),
             ]
@@ -262,23 +269,25 @@ mod tests {
         let udp = Protocol::Udp;
         // (protocol, original destination, reply source, stale)
         let table = [
-            (udp, "10.96.0.10:53", "10.244.0.2", false),
-            (udp, "10.96.0.10:53", "10.244.0.3", true),
+            (udp, "10.96.0.10:53", "10.244.0.2:5353", false),
+            (udp, "10.96.0.10:53", "10.244.0.3:5353", true),
+            // The endpoint's old port (the target port changed, the pod kept its IP).
+            (udp, "10.96.0.10:53", "10.244.0.2:53", true),
             // Not NATed at all (sent before the Service had endpoints).
-            (udp, "10.96.0.10:53", "10.96.0.10", true),
+            (udp, "10.96.0.10:53", "10.96.0.10:53", true),
             // Another port of the VIP, or TCP: not ours.
-            (udp, "10.96.0.10:54", "10.244.0.3", false),
-            (Protocol::Tcp, "10.96.0.10:53", "10.244.0.3", true),
+            (udp, "10.96.0.10:54", "10.244.0.3:5353", false),
+            (Protocol::Tcp, "10.96.0.10:53", "10.244.0.3:5353", true),
             // The node port on a NodePort address, and elsewhere.
-            (udp, "192.168.1.10:30053", "10.244.0.3", true),
-            (udp, "192.168.1.10:30053", "10.244.0.2", false),
-            (udp, "127.0.0.1:30053", "10.244.0.3", false),
-            (udp, "8.8.8.8:30053", "10.244.0.3", false),
+            (udp, "192.168.1.10:30053", "10.244.0.3:5353", true),
+            (udp, "192.168.1.10:30053", "10.244.0.2:5353", false),
+            (udp, "127.0.0.1:30053", "10.244.0.3:5353", false),
+            (udp, "8.8.8.8:30053", "10.244.0.3:5353", false),
         ];
         for (protocol, dst, reply, stale) in table {
             let want = stale && protocol == Protocol::Udp;
             assert_eq!(
-                f.is_stale(protocol, sa(dst), ip(reply)),
+                f.is_stale(protocol, sa(dst), sa(reply)),
                 want,
                 "{protocol} {dst} answered by {reply}"
             );
@@ -303,8 +312,8 @@ mod tests {
         };
         let f = conntrack_filter(&c, &dual, &host());
         assert_eq!(f.families(), [Family::V6].into_iter().collect());
-        assert!(f.is_stale(Protocol::Udp, sa("[fd00::10]:53"), ip("fd00:244::3")));
-        assert!(!f.is_stale(Protocol::Udp, sa("[fd00::10]:53"), ip("fd00:244::2")));
+        assert!(f.is_stale(Protocol::Udp, sa("[fd00::10]:53"), sa("[fd00:244::3]:5353")));
+        assert!(!f.is_stale(Protocol::Udp, sa("[fd00::10]:53"), sa("[fd00:244::2]:5353")));
     }
 
     #[test]

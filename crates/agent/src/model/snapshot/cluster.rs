@@ -197,7 +197,7 @@ pub struct Endpoint {
     pub address: IpAddr,
     /// `conditions.ready` (absent means ready).
     pub ready: bool,
-    /// `conditions.serving` (absent means the value of ready).
+    /// `conditions.serving` (absent means serving, as kube-proxy reads it).
     pub serving: bool,
     /// `conditions.terminating` (absent means false).
     pub terminating: bool,

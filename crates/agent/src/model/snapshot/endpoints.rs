@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, ServicePort};
+use crate::model::snapshot::cluster::{Cluster, EndpointSlice, Family, Protocol, ServicePort};
 
 /// The Node label that names its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -69,49 +69,68 @@ pub struct Chosen {
 }
 
 /// Every endpoint of `port` in the family's slices among `slices` (a Service's, from
-/// [`crate::model::snapshot::cluster::SlicesByService::of`]), one per address, seen from the
-/// node `topology` describes.
+/// [`crate::model::snapshot::cluster::SlicesByService::of`]), one per address and port, seen
+/// from the node `topology` describes.
 pub fn port_endpoints(
     slices: &[&EndpointSlice],
     port: &ServicePort,
     family: Family,
     topology: &Topology,
 ) -> Vec<PortEndpoint> {
-    let mut by_addr: BTreeMap<IpAddr, PortEndpoint> = BTreeMap::new();
+    endpoints_of_port(slices, &port.name, port.protocol, family, topology)
+}
+
+/// [`port_endpoints`] by the port's name and protocol, as the slices list it.
+fn endpoints_of_port(
+    slices: &[&EndpointSlice],
+    name: &str,
+    protocol: Protocol,
+    family: Family,
+    topology: &Topology,
+) -> Vec<PortEndpoint> {
+    // Keyed by address and port, as kube-proxy keys its endpoints: two endpoints of one
+    // address with different port numbers (two host-network pods of one node whose named
+    // target port differs) are two real servers.
+    let mut by_addr: BTreeMap<SocketAddr, PortEndpoint> = BTreeMap::new();
     for slice in slices.iter().filter(|s| s.family == family) {
-        let Some(ep_port) = slice
+        // A slice may list one name twice in different slices, never in one (API validation).
+        for ep_port in slice
             .ports
             .iter()
-            .find(|p| p.name == port.name && p.protocol == port.protocol)
-        else {
-            continue;
-        };
-        for ep in &slice.endpoints {
-            let candidate = PortEndpoint {
-                address: SocketAddr::new(ep.address, ep_port.port),
-                local: ep.node() == Some(topology.node),
-                ready: ep.ready,
-                serving: ep.serving,
-                terminating: ep.terminating,
-                hints: Hints {
-                    node: (!ep.node_hints().is_empty())
-                        .then(|| ep.node_hints().iter().any(|n| n == topology.node)),
-                    zone: (!ep.zone_hints().is_empty()).then(|| {
-                        topology
-                            .zone
-                            .is_some_and(|z| ep.zone_hints().iter().any(|h| h == z))
-                    }),
-                },
-            };
-            // The same address in two slices (during a slice split): keep the readier one.
-            by_addr
-                .entry(ep.address)
-                .and_modify(|e| {
-                    if candidate.ready && !e.ready {
-                        *e = candidate;
-                    }
-                })
-                .or_insert(candidate);
+            .filter(|p| p.name == name && p.protocol == protocol)
+        {
+            for ep in &slice.endpoints {
+                let candidate = PortEndpoint {
+                    address: SocketAddr::new(ep.address, ep_port.port),
+                    local: ep.node() == Some(topology.node),
+                    ready: ep.ready,
+                    serving: ep.serving,
+                    terminating: ep.terminating,
+                    hints: Hints {
+                        node: (!ep.node_hints().is_empty())
+                            .then(|| ep.node_hints().iter().any(|n| n == topology.node)),
+                        zone: (!ep.zone_hints().is_empty()).then(|| {
+                            topology
+                                .zone
+                                .is_some_and(|z| ep.zone_hints().iter().any(|h| h == z))
+                        }),
+                    },
+                };
+                // The same address and port twice: an endpoint moving between slices, or a pod
+                // IP reused while the old pod terminates. As kube-proxy: a terminating one never
+                // replaces another; a non-terminating one replaces a terminating one. Between two
+                // that are not terminating (kube-proxy's result depends on map order) the ready
+                // one is kept.
+                by_addr
+                    .entry(candidate.address)
+                    .and_modify(|e| {
+                        if !candidate.terminating && (e.terminating || candidate.ready && !e.ready)
+                        {
+                            *e = candidate;
+                        }
+                    })
+                    .or_insert(candidate);
+            }
         }
     }
     by_addr.into_values().collect()
@@ -231,12 +250,30 @@ pub fn health_checks(
             {
                 continue;
             }
-            let local: std::collections::BTreeSet<IpAddr> = cluster
+            // As kube-proxy's `LocalReadyEndpoints`: the distinct addresses of the local ready
+            // endpoints of each port the slices list, after the same de-duplication. An
+            // endpoint in a slice without ports (its pod lacks the Service's named target
+            // port) counts for nothing: no traffic can reach it.
+            let slices: Vec<&EndpointSlice> = cluster
                 .slices_of(&service.id)
                 .filter(|s| s.family == *family)
-                .flat_map(|s| s.endpoints.iter())
-                .filter(|e| e.ready && !e.terminating && e.node() == Some(node))
-                .map(|e| e.address)
+                .collect();
+            let ports: std::collections::BTreeSet<(&str, Protocol)> = slices
+                .iter()
+                .flat_map(|s| s.ports.iter())
+                .map(|p| (&*p.name, p.protocol))
+                .collect();
+            let topology = Topology {
+                node,
+                ..Topology::default()
+            };
+            let local: std::collections::BTreeSet<IpAddr> = ports
+                .into_iter()
+                .flat_map(|(name, protocol)| {
+                    endpoints_of_port(&slices, name, protocol, *family, &topology)
+                })
+                .filter(|e| e.ready && e.local)
+                .map(|e| e.address.ip())
                 .collect();
             out.push(HealthCheck {
                 family: *family,

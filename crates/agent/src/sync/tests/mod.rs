@@ -779,11 +779,17 @@ async fn conntrack_is_cleaned_when_udp_endpoints_change() {
     let last = s.dataplane().conntrack_cleanups.last().unwrap().clone();
     assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 1);
     let vip: std::net::SocketAddr = "10.96.0.10:53".parse().unwrap();
-    assert!(last.is_stale(Protocol::Udp, vip, "10.244.0.2".parse().unwrap()));
-    assert!(!last.is_stale(Protocol::Udp, vip, "10.244.0.3".parse().unwrap()));
-    // No endpoint left: nothing to clean, and no pass.
+    assert!(last.is_stale(Protocol::Udp, vip, "10.244.0.2:8080".parse().unwrap()));
+    assert!(!last.is_stale(Protocol::Udp, vip, "10.244.0.3:8080".parse().unwrap()));
+    // No endpoint left: one more pass, in which every flow to the VIP is stale (kube-proxy
+    // 1.37: a one-way sender would stay sent to the deleted pod).
     s.sync(&dns(&[]), false).await.unwrap();
-    assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 1);
+    assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 2);
+    let last = s.dataplane().conntrack_cleanups.last().unwrap().clone();
+    assert!(last.is_stale(Protocol::Udp, vip, "10.244.0.3:8080".parse().unwrap()));
+    // And no pass again while nothing changes.
+    s.sync(&dns(&[]), false).await.unwrap();
+    assert_eq!(s.dataplane().conntrack_cleanups.len(), cleanups + 2);
 }
 
 #[tokio::test(start_paused = true)]
