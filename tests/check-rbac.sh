@@ -14,13 +14,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 tmp=$(mktemp -d)
-cp_pid=
+# shellcheck source=tests/control-plane.sh
+. tests/control-plane.sh
 cleanup() {
-    if [ -n "$cp_pid" ]; then
-        echo >&3 || true # Enter stops the control plane
-        exec 3>&-
-        wait "$cp_pid" 2>/dev/null || true
-    fi
+    control_plane_stop
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -43,18 +40,8 @@ networking.k8s.io/servicecidrs/list	the agent reads no ServiceCIDRs: IPVS mode f
 networking.k8s.io/servicecidrs/watch	the agent reads no ServiceCIDRs: IPVS mode filters ClusterIPs by the Services' own addresses (KUBE-CLUSTER-IP)
 EOF
 
-cargo build --quiet -p lab
-mkfifo "$tmp/in"
-target/debug/lab control-plane <"$tmp/in" >"$tmp/cp.log" 2>&1 &
-cp_pid=$!
-exec 3>"$tmp/in"
-for _ in $(seq 1 120); do
-    grep -q 'press Enter to stop' "$tmp/cp.log" && break
-    kill -0 "$cp_pid" 2>/dev/null || { cat "$tmp/cp.log" >&2; fail "the control plane did not start"; }
-    sleep 1
-done
-grep -q 'press Enter to stop' "$tmp/cp.log" || { cat "$tmp/cp.log" >&2; fail "the control plane did not start in 120 s"; }
-k() { "$repo/target/peers/kubectl" --kubeconfig "$repo/target/lab/control-plane/admin-host.kubeconfig" "$@"; }
+control_plane_start "$tmp"
+k() { "$repo/target/peers/kubectl" --kubeconfig "$CONTROL_PLANE_DIR/admin-host.kubeconfig" "$@"; }
 
 # The bootstrap roles appear shortly after the API server answers.
 for _ in $(seq 1 60); do

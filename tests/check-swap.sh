@@ -29,14 +29,10 @@ cd "$repo"
 binary=
 [ "${1:-}" = "--binary" ] && binary=${2:-}
 tmp=$(mktemp -d)
-cp_pid=
+# shellcheck source=tests/control-plane.sh
+. tests/control-plane.sh
 cleanup() {
-    if [ -n "$cp_pid" ]; then
-        # Enter stops the control plane (lab control-plane waits for a line).
-        echo >&3 || true
-        exec 3>&-
-        wait "$cp_pid" 2>/dev/null || true
-    fi
+    control_plane_stop
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -45,20 +41,8 @@ fail() {
     exit 1
 }
 
-cargo build --quiet -p lab
-mkfifo "$tmp/in"
-target/debug/lab control-plane <"$tmp/in" >"$tmp/cp.log" 2>&1 &
-cp_pid=$!
-exec 3>"$tmp/in"
-# lab control-plane uses target/lab/control-plane under the current directory; wait for it.
-dir=$repo/target/lab/control-plane
-for _ in $(seq 1 120); do
-    grep -q 'press Enter to stop' "$tmp/cp.log" && break
-    kill -0 "$cp_pid" 2>/dev/null || { cat "$tmp/cp.log" >&2; fail "the control plane did not start"; }
-    sleep 1
-done
-grep -q 'press Enter to stop' "$tmp/cp.log" || { cat "$tmp/cp.log" >&2; fail "the control plane did not start in 120 s"; }
-export KUBECONFIG=$dir/admin-host.kubeconfig
+control_plane_start "$tmp"
+export KUBECONFIG=$CONTROL_PLANE_DIR/admin-host.kubeconfig
 export KUBECTL=$repo/target/peers/kubectl
 k() { "$KUBECTL" "$@"; }
 
