@@ -22,12 +22,22 @@
 #   net/ipv4/vs/NAME  net/ipv4/ip_forward  net/ipv4/conf/IFACE/arp_NAME
 #   net/ipv6/conf/all/forwarding  net/netfilter/nf_conntrack_NAME
 #
-# Environment, for tests: PROC_SYS (default /proc/sys), MODPROBE (default modprobe).
+# Then what kube-proxy itself does on a node, whatever the list says:
+# - net/ipv4/vs/conn_reuse_mode=0 on kernels 4.1 to 5.8, where the default delays the first
+#   SYN of a reused connection by a second; 5.9 fixed that, and before 4.1 the key is absent;
+# - nf_conntrack_max only ever raised, never lowered, and the nf_conntrack module's hashsize
+#   raised to a quarter of it when smaller.
+#
+# Environment, for tests: PROC_SYS (default /proc/sys), MODPROBE (default modprobe),
+# SYS_MODULE (default /sys/module), KERNEL_RELEASE (default: uname -r).
 set -eu
 
 list=${1:-/etc/kube-proxy-ipvs/sysctls}
 root=${PROC_SYS:-/proc/sys}
 modprobe=${MODPROBE:-modprobe}
+sys_module=${SYS_MODULE:-/sys/module}
+release=${KERNEL_RELEASE:-$(uname -r)}
+conntrack_max=
 cpus=$(nproc)
 status=0
 
@@ -86,6 +96,17 @@ allowed() {
     # The last part is one name, not a path.
     case $rest in '' | */* | *.*) return 1 ;; esac
     return 0
+}
+
+put() { # FILE VALUE SHOWN [WHY]: VALUE written into FILE unless it holds it; says which as SHOWN
+    if [ "$(cat "$1" 2>/dev/null)" = "$2" ]; then
+        echo "kept    $3"
+    elif printf '%s\n' "$2" 2>/dev/null >"$1"; then
+        echo "set     $3${4:+ ($4)}"
+    else
+        echo "error: cannot write $1 (is this container privileged? /proc/sys and /sys are read-only otherwise)" >&2
+        status=1
+    fi
 }
 
 number() { # 0 when $1 is a decimal number of at most 18 digits (a sysctl integer)
@@ -147,14 +168,47 @@ while IFS= read -r line || [ -n "$line" ]; do
         status=1
         continue
     fi
-    if [ "$(cat "$path")" = "$value" ]; then
-        echo "kept    $key=$value"
-    elif printf '%s\n' "$value" 2>/dev/null >"$path"; then
-        echo "set     $key=$value"
-    else
-        echo "error: cannot write $path (is this container privileged? /proc/sys is read-only otherwise)" >&2
-        status=1
+    if [ "$key" = net/netfilter/nf_conntrack_max ]; then
+        current=$(cat "$path")
+        if number "$current" && [ "$current" -gt "$value" ]; then
+            # kube-proxy only raises it: a node sized higher keeps its own.
+            echo "kept    $key=$current (above $value)"
+            conntrack_max=$current
+            continue
+        fi
+        conntrack_max=$value
     fi
+    put "$path" "$value" "$key=$value"
 done <"$list"
+
+# kube-proxy's kernel rule for conn_reuse_mode (IPVSConnReuseModeMinSupportedKernelVersion,
+# IPVSConnReuseModeFixedKernelVersion).
+major=${release%%.*}
+minor=${release#*.}
+minor=${minor%%[!0-9]*}
+path=$root/net/ipv4/vs/conn_reuse_mode
+if ! number "$major" || ! number "$minor"; then
+    echo "warning: kernel release '$release' has no version: net/ipv4/vs/conn_reuse_mode left as it is"
+elif [ "$major" -lt 4 ] || { [ "$major" -eq 4 ] && [ "$minor" -lt 1 ]; }; then
+    echo "skipped net/ipv4/vs/conn_reuse_mode: kernel $major.$minor is older than 4.1"
+elif [ "$major" -gt 5 ] || { [ "$major" -eq 5 ] && [ "$minor" -ge 9 ]; }; then
+    echo "left    net/ipv4/vs/conn_reuse_mode: kernel $major.$minor (5.9 or later)"
+else
+    put "$path" 0 net/ipv4/vs/conn_reuse_mode=0 "kernel $major.$minor: a reused connection's first SYN waits 1 s otherwise"
+fi
+
+# The conntrack table's buckets: a quarter of its maximum, as kube-proxy sets them.
+hashsize=$sys_module/nf_conntrack/parameters/hashsize
+if [ -n "$conntrack_max" ] && [ -f "$hashsize" ] && [ ! -L "$hashsize" ]; then
+    want=$((conntrack_max / 4))
+    current=$(cat "$hashsize")
+    if ! number "$current"; then
+        echo "warning: $hashsize holds '$current', not a number: left as it is"
+    elif [ "$current" -ge "$want" ]; then
+        echo "kept    nf_conntrack hashsize=$current"
+    else
+        put "$hashsize" "$want" "nf_conntrack hashsize=$want" "a quarter of nf_conntrack_max $conntrack_max"
+    fi
+fi
 
 exit "$status"

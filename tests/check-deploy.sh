@@ -132,13 +132,14 @@ done
 extract sysctls >"$tmp/sysctls"
 want_max=$((32768 * $(nproc)))
 [ "$want_max" -ge 131072 ] || want_max=131072
-# MODPROBE: the host's modules are not this check's to load.
-if PROC_SYS=$fake MODPROBE=true sh deploy/init-sysctls.sh "$tmp/sysctls" >"$tmp/sysctls.log" 2>&1 &&
+# MODPROBE, SYS_MODULE, KERNEL_RELEASE: the host's modules and their parameters are not this
+# check's to load or write.
+if PROC_SYS=$fake SYS_MODULE=$tmp/sys-module KERNEL_RELEASE=6.1.0 MODPROBE=true sh deploy/init-sysctls.sh "$tmp/sysctls" >"$tmp/sysctls.log" 2>&1 &&
     [ "$(cat "$fake/net/ipv4/vs/conntrack")" = 1 ] &&
     [ "$(cat "$fake/net/ipv4/ip_forward")" = 1 ] &&
     [ "$(cat "$fake/net/netfilter/nf_conntrack_max")" = "$want_max" ] &&
     rm -r "$fake/net/ipv4/vs" &&
-    ! PROC_SYS=$fake MODPROBE=false sh deploy/init-sysctls.sh "$tmp/sysctls" >>"$tmp/sysctls.log" 2>&1 &&
+    ! PROC_SYS=$fake SYS_MODULE=$tmp/sys-module KERNEL_RELEASE=6.1.0 MODPROBE=false sh deploy/init-sysctls.sh "$tmp/sysctls" >>"$tmp/sysctls.log" 2>&1 &&
     grep -q 'ip_vs module is not loaded' "$tmp/sysctls.log"; then
     record init-sysctls PASS "writes the list; fails clearly without ip_vs"
 else

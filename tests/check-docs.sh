@@ -183,7 +183,7 @@ while IFS=$'\t' read -r file line span; do
             grep -qE "(^|[^a-z_])${name}" "$work/metrics" && continue
         fi
         problem "$file" "$line" "metric $metric is neither in the baseline scrape nor in the metrics source"
-    done < <(grep -oE '\b(kubeproxy_[a-z0-9_]*\*?|kube_proxy_ipvs_[a-z0-9_]*\*?|process_[a-z0-9_]*\*?|kubernetes_build_info)' <<<"$span" || true)
+    done < <(grep -oE '\b(kubeproxy_[a-z0-9_]*\*?|kube_proxy_ipvs_[a-z0-9_]*\*?|rest_client_[a-z0-9_]*\*?|process_[a-z0-9_]*\*?|kubernetes_build_info)' <<<"$span" || true)
 
     # Tests.
     if [[ -z $metric_span && $span =~ ^[a-z][a-z0-9]*(_[a-z0-9]+){3,}$ ]]; then

@@ -39,9 +39,11 @@ export MODPROBE=$sb/modprobe MODPROBE_LOG=$sb/modprobe.log FAIL_MODULES=""
 # The sandbox: the fake /proc/sys ($sb/root) and, beside it, files a climb out of it reaches.
 root=$sb/root
 fresh() {
-    rm -rf "$root" "$sb/outside" "$sb/modprobe.log"
+    rm -rf "$root" "$sb/outside" "$sb/modprobe.log" "$sb/sys"
     mkdir -p "$root/kernel" "$root/net/ipv4/vs" "$root/net/ipv4/conf/all" "$root/net/ipv4/conf/eth0" \
-        "$root/net/ipv6/conf/all" "$root/net/netfilter" "$sb/outside/kernel"
+        "$root/net/ipv6/conf/all" "$root/net/netfilter" "$sb/outside/kernel" "$sb/sys/module/nf_conntrack/parameters"
+    echo 16384 >"$sb/sys/module/nf_conntrack/parameters/hashsize"
+    echo 1 >"$root/net/ipv4/vs/conn_reuse_mode"
     for f in kernel/core_pattern net/ipv4/ip_forward net/ipv4/vs/conntrack net/ipv4/vs/expire_nodest_conn \
         net/ipv4/conf/all/arp_ignore net/ipv4/conf/eth0/arp_announce net/ipv4/conf/all/rp_filter \
         net/ipv6/conf/all/forwarding net/netfilter/nf_conntrack_max; do
@@ -59,8 +61,10 @@ snapshot() { # every file and link under the sandbox but the fake modprobe's log
         if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"; else echo "$f: $(cat "$f")"; fi
     done)
 }
-run() { # list-file -> the script's status; its output in $sb/out
-    (cd "$sb" && PROC_SYS=$root "$shell" "$script" "$1") >"$sb/out" 2>&1
+run() { # list-file -> the script's status; its output in $sb/out. A fake /sys/module and
+    # kernel release too: the host's own must never be written.
+    (cd "$sb" && PROC_SYS=$root SYS_MODULE=$sb/sys/module KERNEL_RELEASE=${KERNEL_RELEASE:-6.1.0-28-cloud-amd64} \
+        "$shell" "$script" "$1") >"$sb/out" 2>&1
 }
 
 # ---- 1. hostile lines beside allowed ones
@@ -118,7 +122,8 @@ want=$(printf '%s\n' "$before" | sed \
     -e 's|^\./root/net/ipv4/vs/expire_nodest_conn: 0$|./root/net/ipv4/vs/expire_nodest_conn: 1|' \
     -e 's|^\./root/net/ipv4/conf/eth0/arp_announce: 0$|./root/net/ipv4/conf/eth0/arp_announce: 2|' \
     -e 's|^\./root/net/ipv6/conf/all/forwarding: 0$|./root/net/ipv6/conf/all/forwarding: 1|' \
-    -e "s|^\./root/net/netfilter/nf_conntrack_max: 0$|./root/net/netfilter/nf_conntrack_max: $(($(nproc) > 131072 ? $(nproc) : 131072))|")
+    -e "s|^\./root/net/netfilter/nf_conntrack_max: 0$|./root/net/netfilter/nf_conntrack_max: $(($(nproc) > 131072 ? $(nproc) : 131072))|" \
+    -e "s|^\./sys/module/nf_conntrack/parameters/hashsize: 16384$|./sys/module/nf_conntrack/parameters/hashsize: $(($(nproc) > 131072 ? $(nproc) / 4 : 32768))|")
 if [ "$after" != "$want" ]; then
     fail "hostile list: the sandbox is not what the allowed lines alone make:
 $(diff <(printf '%s\n' "$want") <(printf '%s\n' "$after") || true)"
@@ -158,4 +163,27 @@ if ! FAIL_MODULES=ip_vs run "$sb/good"; then
 fi
 [ "$(cat "$root/net/ipv4/vs/conntrack")" = 1 ] || fail "ip_vs already loaded: conntrack not written"
 
-echo "init-sysctls-test: ok ($hostile hostile lines refused, modules loaded first)"
+# ---- 4. kube-proxy's kernel rule for conn_reuse_mode, and nf_conntrack_max only raised
+printf 'net/netfilter/nf_conntrack_max=131072\n' >"$sb/max"
+for case in "3.10.0-1160.el7.x86_64 1" "4.18.0-553.el8_10.x86_64 0" "5.4.0-200-generic 0" \
+    "5.8.18 0" "5.9.0 1" "6.1.0-28-cloud-amd64 1" "6.12.9+bpo-amd64 1"; do
+    release=${case% *} want=${case##* }
+    fresh
+    KERNEL_RELEASE=$release run "$sb/max" || fail "kernel $release: exit status non-zero"
+    [ "$(cat "$root/net/ipv4/vs/conn_reuse_mode")" = "$want" ] ||
+        fail "kernel $release: conn_reuse_mode is $(cat "$root/net/ipv4/vs/conn_reuse_mode"), want $want"
+    [ "$(cat "$sb/sys/module/nf_conntrack/parameters/hashsize")" = 32768 ] ||
+        fail "kernel $release: hashsize not raised to a quarter of nf_conntrack_max"
+done
+fresh
+echo 262144 >"$root/net/netfilter/nf_conntrack_max"
+echo 131072 >"$sb/sys/module/nf_conntrack/parameters/hashsize"
+run "$sb/max" || fail "a higher nf_conntrack_max: exit status non-zero"
+[ "$(cat "$root/net/netfilter/nf_conntrack_max")" = 262144 ] || fail "nf_conntrack_max was lowered"
+[ "$(cat "$sb/sys/module/nf_conntrack/parameters/hashsize")" = 131072 ] || fail "hashsize was lowered"
+fresh
+if KERNEL_RELEASE=garbage run "$sb/max"; then :; else fail "a release without a version is fatal"; fi
+grep -q "kernel release 'garbage' has no version" "$sb/out" || fail "no warning for a release without a version"
+[ "$(cat "$root/net/ipv4/vs/conn_reuse_mode")" = 1 ] || fail "a release without a version: conn_reuse_mode written"
+
+echo "init-sysctls-test: ok ($hostile hostile lines refused, modules loaded first, conn_reuse_mode for 3.10, 4.18, 5.4, 5.8, 5.9, 6.1 and 6.12, hashsize a quarter of nf_conntrack_max)"

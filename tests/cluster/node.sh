@@ -80,6 +80,8 @@ cat >/etc/cni/net.d/10-lab.conflist <<EOF
 EOF
 # The image store made on the host (tests/cluster/node-store.sh): nothing is pulled or imported.
 tar -C /var/lib/containerd --numeric-owner --xattrs --xattrs-include='trusted.*' -xpf "$conf/node-store.tar"
+# The tarball lies in the initramfs, in memory: unpacked, it is only a second copy.
+rm -f "$conf/node-store.tar"
 containerd --config /etc/containerd/config.toml >/var/log/containerd.log 2>&1 &
 for _ in $(seq 120); do
     [[ -S /run/containerd/containerd.sock ]] && ctr version >/dev/null 2>&1 && break
@@ -93,7 +95,7 @@ say "images: $(ctr -n k8s.io images ls -q | grep -vc '^sha256:')"
 kubelet --config="$conf/kubelet-config.yaml" --kubeconfig="$conf/kubelet.conf" \
     --hostname-override="$name" --node-ip="$ip" --v=2 >/var/log/kubelet.log 2>&1 &
 kubelet_pid=$!
-say "kubelet started (script began at ${t0}s)"
+say "kubelet started (script began at ${t0}s; $(awk '/^MemAvailable/ {print int($2 / 1024)}' /proc/meminfo) MiB available)"
 # The logs, for the host to read when something fails (http://IP:10080/kubelet.log).
 busybox httpd -p 10080 -h /var/log
 

@@ -86,6 +86,12 @@ pub struct Args {
     /// the config file, `ipvs.serviceMetrics`.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub ipvs_service_metrics: Option<String>,
+    /// Read a Service's own scheduler from its annotation (`kube-proxy-ipvs.io/scheduler`,
+    /// or kube-router's); `false` gives every Service --ipvs-scheduler, as kube-proxy does,
+    /// and so no Service's annotation can cost the node a warning event. Default true; in the
+    /// config file, `ipvs.schedulerAnnotation`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ipvs_scheduler_annotation: Option<String>,
 
     /// Which proxy mode to use; only `ipvs` is implemented.
     #[arg(long)]

@@ -26,7 +26,7 @@
 //!   agent's modes; [`logging`]: the log on standard error.
 //!
 //! [`Cluster`]: model::snapshot::cluster::Cluster
-#![deny(unsafe_code)] // two exceptions: dataplane::child's pre_exec, allocator's mallopt
+#![deny(unsafe_code)] // exceptions: dataplane::child's pre_exec, allocator's mallopt, mallinfo2, malloc_trim
 
 pub mod allocator;
 pub mod cli;
@@ -38,6 +38,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod run;
+pub mod sloppy_ip;
 pub mod source;
 pub mod sync;
 pub mod web;

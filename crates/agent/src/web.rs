@@ -7,12 +7,20 @@
 //! cope with that, and it keeps an idle peer from holding a connection open. Each server is
 //! bounded as a public port must be ([`Limits`]): a peer has a few seconds to send its request
 //! head, the whole exchange (the answer written included) has a deadline, and the server holds
-//! at most a fixed number of connections; further peers wait in the kernel's accept queue.
+//! at most a fixed number of connections.
+//!
+//! A full server still accepts: it makes room by cutting the oldest connection of the source
+//! that holds the most (`Open`). Leaving peers in the kernel's accept queue instead, as a
+//! semaphore taken before `accept` does, let one host that refilled a few hundred slow
+//! connections every header timeout keep kubelet's probe, or a load balancer's, waiting
+//! behind them: the agent was restarted, or the node drained, from outside. Now a hostile
+//! source only cuts its own connections, and a probe from anywhere else is answered.
 //! Handlers are plain functions of a [`Request`]: they read shared state and never block.
 
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,8 +31,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, Id, JoinSet};
 use tracing::{debug, warn};
 
 /// kube-proxy's retry interval for a server that failed to bind.
@@ -38,7 +45,7 @@ pub struct Limits {
     /// How long one connection may last from its accept to the last byte of the answer
     /// written: a peer that reads the answer too slowly is cut off.
     pub connection: Duration,
-    /// Connections served at once; more wait to be accepted.
+    /// Connections served at once; one more cuts the oldest of the busiest source.
     pub connections: usize,
     /// The largest request head read (hyper's buffer; at least 8 KiB).
     pub max_head: usize,
@@ -135,11 +142,31 @@ where
     }
 }
 
+/// The accept queue asked of the kernel (which caps it at `net.core.somaxconn`, 4096 by
+/// default since Linux 5.4): a burst of connections waits there for [`serve`] to accept and
+/// sort it, instead of having its SYNs dropped, a probe's among them.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`]; with `v6_only`, an IPv6 socket takes
+/// IPv6 only (`IPV6_V6ONLY`, as Go's `tcp6` listeners).
+pub fn listen(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(v6_only)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
 /// Binds `addr`. A failure is retried every [`BIND_RETRY`], as kube-proxy does, unless
 /// `hard_fail` (`bindAddressHardFail`), when it is returned.
 pub async fn bind(addr: SocketAddr, hard_fail: bool, what: &str) -> io::Result<TcpListener> {
     loop {
-        match TcpListener::bind(addr).await {
+        match listen(addr, false) {
             Ok(l) => return Ok(l),
             Err(e) if hard_fail => return Err(e),
             Err(e) => {
@@ -153,23 +180,24 @@ pub async fn bind(addr: SocketAddr, hard_fail: bool, what: &str) -> io::Result<T
 /// Answers every connection on `listener` with `handler` within `limits`, until the task is
 /// dropped, which ends the connections in progress too (none outlives its server).
 pub async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, limits: Limits) {
-    let permits = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let mut open = Open::new(limits.connections);
     let mut connections = JoinSet::new();
     loop {
-        // Taken before the accept, so that a full server leaves peers in the accept queue
-        // instead of accepting connections it cannot serve.
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            return;
-        };
-        // Finished connections leave here, so that the set holds only open ones.
-        while connections.try_join_next().is_some() {}
-        match listener.accept().await {
+        let accepted = listener.accept().await;
+        // Finished connections leave here, so that the set and `open` hold only open ones.
+        while let Some(done) = connections.try_join_next_with_id() {
+            let _ = open.remove(done.map_or_else(|e| e.id(), |(id, ())| id));
+        }
+        match accepted {
             Ok((stream, peer)) => {
+                let from = source(peer.ip());
+                if let Some(cut) = open.make_room(from) {
+                    debug!(%peer, "the server is full: cut the oldest connection of the busiest source");
+                    cut.abort();
+                }
                 let handler = Arc::clone(&handler);
-                connections.spawn(async move {
-                    let _permit = permit;
-                    answer(stream, peer, handler, limits).await;
-                });
+                let task = connections.spawn(answer(stream, peer, handler, limits));
+                open.insert(from, task);
             }
             Err(e) => {
                 // Usually EMFILE: back off instead of spinning.
@@ -177,6 +205,84 @@ pub async fn serve(listener: TcpListener, handler: Arc<dyn Handler>, limits: Lim
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Where a connection comes from, for [`Open`]'s fairness: the IPv4 address, or the IPv6 /64,
+/// which one host usually holds whole.
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// The open connections of one server, by source, oldest first.
+#[derive(Debug)]
+struct Open {
+    cap: usize,
+    /// Each connection's source and its order of arrival.
+    by_task: HashMap<Id, (IpAddr, u64)>,
+    /// Each source's connections, by order of arrival.
+    by_source: HashMap<IpAddr, BTreeMap<u64, AbortHandle>>,
+    next: u64,
+}
+
+impl Open {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            by_task: HashMap::new(),
+            by_source: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_task.len()
+    }
+
+    fn insert(&mut self, source: IpAddr, task: AbortHandle) {
+        self.next += 1;
+        self.by_task.insert(task.id(), (source, self.next));
+        self.by_source
+            .entry(source)
+            .or_default()
+            .insert(self.next, task);
+    }
+
+    /// Takes connection `id` out (a finished or a cut one), with its handle.
+    fn remove(&mut self, id: Id) -> Option<AbortHandle> {
+        let (source, seq) = self.by_task.remove(&id)?;
+        let tasks = self.by_source.get_mut(&source)?;
+        let task = tasks.remove(&seq);
+        if tasks.is_empty() {
+            self.by_source.remove(&source);
+        }
+        task
+    }
+
+    /// When full, before a connection from `newcomer` is added: takes out and returns the
+    /// oldest connection of the source holding the most (the newcomer's own counted one
+    /// more, so that a source at a tie cuts its own), the oldest of them at a tie.
+    fn make_room(&mut self, newcomer: IpAddr) -> Option<AbortHandle> {
+        if self.len() < self.cap {
+            return None;
+        }
+        let (_, victim) = self
+            .by_source
+            .iter()
+            .filter_map(|(source, tasks)| {
+                let (seq, task) = tasks.first_key_value()?;
+                let held = tasks.len() + usize::from(*source == newcomer);
+                // The most held first, then the oldest.
+                Some(((held, std::cmp::Reverse(*seq)), task.id()))
+            })
+            .max_by_key(|(key, _)| *key)?;
+        self.remove(victim)
     }
 }
 
@@ -345,32 +451,90 @@ mod tests {
         server.abort();
     }
 
+    /// A connection from `from` to `addr` (loopback: every 127/8 address is the host's).
+    async fn connect_from(from: [u8; 4], addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// Whether the server has closed `s` (it has read nothing of it).
+    async fn closed(s: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
     #[tokio::test]
-    async fn connections_beyond_the_cap_wait_until_one_ends() {
+    async fn a_full_server_cuts_the_busiest_sources_oldest_connection_not_a_new_peer() {
         let limits = Limits {
-            connections: 2,
-            header_read: Duration::from_secs(1),
-            connection: Duration::from_secs(1),
+            connections: 4,
             ..Limits::default()
         };
         let (addr, server) = server(limits).await;
-        // Two peers that send nothing hold both places.
-        let _a = TcpStream::connect(addr).await.unwrap();
-        let _b = TcpStream::connect(addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // One source holds every place with connections that never send their head.
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(connect_from([127, 0, 0, 2], addr).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A peer from elsewhere is answered at once, where it used to wait for the header
+        // timeout (10 s) of a held connection; the busiest source lost its oldest.
         let t = Instant::now();
-        let (status, _, _) = tokio::time::timeout(Duration::from_secs(5), get(addr, "/x"))
+        let mut probe = connect_from([127, 0, 0, 1], addr).await;
+        probe
+            .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
             .await
-            .expect("answered once a place was free")
             .unwrap();
-        assert_eq!(status, 200);
-        // Answered only when a deadline freed a place.
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(5), probe.read_to_string(&mut out))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         assert!(
-            t.elapsed() >= Duration::from_millis(700),
-            "{:?}",
-            t.elapsed()
+            closed(&mut held[0]).await,
+            "the oldest held connection is open"
         );
+        // More from the same source: the first takes the place the answered probe left, the
+        // next ones cut the source's own, oldest first.
+        for _ in 0..3 {
+            held.push(connect_from([127, 0, 0, 2], addr).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for (i, s) in held.iter_mut().enumerate().skip(1).take(2) {
+            assert!(closed(s).await, "held connection {i} is open");
+        }
+        assert!(!closed(&mut held[3]).await, "held connection 3 was cut");
+        // A quiet peer from a third source, then the busy one again: the quiet one stays.
+        let mut quiet = connect_from([127, 0, 0, 3], addr).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for _ in 0..4 {
+            held.push(connect_from([127, 0, 0, 2], addr).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        quiet
+            .write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(5), quiet.read_to_string(&mut out))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
         server.abort();
+    }
+
+    #[test]
+    fn sources_are_hosts_and_ipv6_slash_64s() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(source(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(source(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(source(ip("2001:db8:1:2:a:b:c:d")), ip("2001:db8:1:2::"));
     }
 
     #[tokio::test]

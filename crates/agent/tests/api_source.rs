@@ -882,3 +882,192 @@ async fn a_streamed_initial_state_cut_short_is_never_published() {
     let cut = KINDS.into_iter().map(|r| server.lists(r)).sum::<usize>();
     assert_eq!(cut, 4, "three streamed states and the one cut short, again");
 }
+
+/// How long the watches take to be renewed after the server cuts them: from the cut to a
+/// new watch request of every kind.
+async fn renewal(server: &FakeApiServer, limit: Duration) -> Option<Duration> {
+    let before: Vec<usize> = KINDS.iter().map(|r| server.watches(*r)).collect();
+    let cut = tokio::time::Instant::now();
+    server.drop_watches();
+    while !KINDS
+        .iter()
+        .zip(&before)
+        .all(|(r, n)| server.watches(*r) > *n)
+    {
+        if cut.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Some(cut.elapsed())
+}
+
+/// A refused scheduler on `n` Services, as the sync reports them.
+fn refused_events(n: usize) -> Vec<k8s_openapi::api::events::v1::Event> {
+    use kube_proxy_ipvs_agent::model::desired::scheduler::{Refusal, Why};
+    (0..n)
+        .map(|i| {
+            kube_proxy_ipvs_agent::k8s::events::scheduler_refused(
+                NODE,
+                &Refusal {
+                    service: ServiceRef::new("tenant", format!("svc-{i}")),
+                    asked: "lblc".into(),
+                    instead: "rr".into(),
+                    why: Why::LoadsUnderLock,
+                },
+            )
+        })
+        .collect()
+}
+
+/// 1,000 refused Services do not hold up the watches: their events go through the event
+/// lane, on a client of its own and within a budget per reason, so the watches are renewed
+/// at once (within 1 s) after the events were queued. The same events posted on the
+/// watches' client, one request each, as the agent used to post them, put its token bucket
+/// (kube-proxy's qps 5, burst 10) about 200 s in debt, and the renewal waits: the second half
+/// shows that this test can fail.
+#[tokio::test]
+async fn a_thousand_refused_services_do_not_delay_a_watch_renewal() {
+    use kube_proxy_ipvs_agent::k8s::event_lane::EventLane;
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let options = ClientOptions {
+        master: Some(server.url()),
+        qps: 5.0,
+        burst: 10,
+        ..ClientOptions::default()
+    };
+    let watches_client = api::client(&options).await.unwrap();
+    let mut agent = Agent::start(Watches::new(watches_client.clone(), NODE));
+    agent.until("with web", has_service("web")).await;
+    watching(&server, 1).await;
+    let quiet = renewal(&server, WAIT).await.expect("renewed");
+    watching(&server, 2).await;
+
+    let (lane, post) = EventLane::new(api::client(&options).await.unwrap(), NODE.into());
+    let poster = tokio::spawn(post);
+    for event in refused_events(1000) {
+        lane.record(event);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let with_lane = renewal(&server, WAIT).await;
+    watching(&server, 3).await;
+    let posted = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/events"))
+        .count();
+
+    // As before: each event posted at once on the watches' client.
+    for event in refused_events(1000) {
+        let api: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(watches_client.clone(), "tenant");
+        tokio::spawn(async move {
+            let _ = api.create(&kube::api::PostParams::default(), &event).await;
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let shared = renewal(&server, Duration::from_secs(10)).await;
+    eprintln!(
+        "watch renewal: {quiet:?} with no events, {with_lane:?} with 1,000 events on the lane ({posted} posted), {shared:?} with them on the watches' client (None: more than 10 s)"
+    );
+    poster.abort();
+    let with_lane = with_lane.expect("the watches were not renewed with the events queued");
+    assert!(
+        with_lane < Duration::from_secs(1),
+        "the renewal waited {with_lane:?} behind the events"
+    );
+    assert!(
+        posted <= 1 + kube_proxy_ipvs_agent::k8s::event_lane::PER_REASON as usize,
+        "{posted} events posted one by one"
+    );
+    assert!(
+        shared.is_none_or(|d| d > Duration::from_secs(5)),
+        "events on the watches' client did not delay the renewal ({shared:?}): the check cannot fail"
+    );
+}
+
+/// The API client's requests and each watch's health are exported: client-go's
+/// `rest_client_requests_total` and `rest_client_request_duration_seconds` with its labels,
+/// the last time each kind's watch got through, and its errors by reason, so that an agent cut
+/// off from the API server (still syncing its last state) can be told from a healthy one.
+#[tokio::test]
+async fn api_requests_and_watch_health_are_in_the_metrics() {
+    use kube_proxy_ipvs_agent::metrics::{ApiMetrics, Metrics};
+    use kube_proxy_ipvs_agent::model::snapshot::cluster::Family;
+    let server = FakeApiServer::start().await;
+    populate(&server);
+    let api_metrics = ApiMetrics::default();
+    let observer: Arc<dyn api::ApiObserver> = Arc::new(api_metrics.clone());
+    let options = ClientOptions {
+        master: Some(server.url()),
+        ..ClientOptions::default()
+    };
+    let client = api::client_observed(&options, Some(observer.clone()))
+        .await
+        .unwrap();
+    let mut agent = Agent::start(Watches::new(client, NODE).observer(observer));
+    agent.until("with web", has_service("web")).await;
+    watching(&server, 1).await;
+    let metrics = Metrics::new(&[Family::V4], false).with_api(&api_metrics);
+    let text = metrics.render();
+    let host = server.url().trim_start_matches("http://").to_string();
+    let sample = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    let ok = format!("rest_client_requests_total{{code=\"200\",method=\"GET\",host=\"{host}\"}}");
+    assert!(
+        sample(&text, &ok).is_some_and(|n| n >= 3.0),
+        "{ok} missing:\n{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "rest_client_request_duration_seconds_bucket{{le=\"0.005\",verb=\"GET\",host=\"{host}\"}}"
+        )) || text.contains(&format!(
+            "rest_client_request_duration_seconds_count{{verb=\"GET\",host=\"{host}\"}}"
+        )),
+        "{text}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    for kind in ["Service", "EndpointSlice", "Node"] {
+        let name =
+            format!("kube_proxy_ipvs_api_watch_last_success_timestamp_seconds{{kind=\"{kind}\"}}");
+        let at = sample(&text, &name).unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+        assert!((now - at).abs() < 30.0, "{name} = {at}, now {now}");
+        let errors = format!(
+            "kube_proxy_ipvs_api_watch_errors_total{{kind=\"{kind}\",reason=\"watch-start\"}}"
+        );
+        assert_eq!(sample(&text, &errors), Some(0.0), "{errors}:\n{text}");
+    }
+    // The server refuses the renewed watches: errors are counted, by kind and reason.
+    server.fail_next(&[500, 500, 500]);
+    server.drop_watches();
+    let failed = |text: &str| {
+        ["Service", "EndpointSlice", "Node"]
+            .iter()
+            .map(|kind| {
+                sample(
+                    text,
+                    &format!(
+                        "kube_proxy_ipvs_api_watch_errors_total{{kind=\"{kind}\",reason=\"watch-start\"}}"
+                    ),
+                )
+                .unwrap_or(0.0)
+            })
+            .sum::<f64>()
+    };
+    eventually("watch errors counted", || failed(&metrics.render()) >= 1.0).await;
+    let text = metrics.render();
+    let refused =
+        format!("rest_client_requests_total{{code=\"500\",method=\"GET\",host=\"{host}\"}}");
+    assert!(
+        sample(&text, &refused).is_some_and(|n| n >= 1.0),
+        "{refused}:\n{text}"
+    );
+}

@@ -714,6 +714,171 @@ fn health_ports_answer_while_another_program_holds_the_xtables_lock() {
     assert!(!body.contains("xtables"), "{body}");
 }
 
+/// Slow clients from another host cannot shut the health ports: while 2,000 connections
+/// from the outside namespace hold the health server and 2,000 a health-check node port,
+/// each sending a request head it never finishes and opened again whenever the agent cuts
+/// it, a kubelet-style probe from the node (1 s to answer, as kubelet's default
+/// `timeoutSeconds`) gets its answer from both, 50 times in a row. The servers used to take
+/// 256 connections and leave the rest in the kernel's accept queue, so the probe waited
+/// behind the held ones and kubelet restarted the agent.
+#[test]
+fn health_ports_answer_the_node_while_slow_clients_hold_them() {
+    const HELD: usize = 2000;
+    let node = Node::new("slowloris", 1);
+    let web = service(
+        "web",
+        "10.96.0.10",
+        "  type: LoadBalancer\n  externalTrafficPolicy: Local\n  healthCheckNodePort: 32055\n",
+        "TCP",
+        80,
+        8080,
+        &[(0, "node-a")],
+    )
+    .replace("targetPort: 8080}]", "targetPort: 8080, nodePort: 31085}]");
+    node.write("web.yaml", &web);
+    // This process holds 4,000 sockets at once (the agent inherits the limit).
+    lab::guest::raise_open_files(65536);
+    let mut agent = node.spawn(&["--healthz-bind-address", "0.0.0.0:10256"]);
+    let (healthz, port) = ("127.0.0.1:10256", "127.0.0.1:32055");
+    let start = Instant::now();
+    while !(matches!(try_http_get(healthz, "/livez"), Ok((200, _)))
+        && matches!(try_http_get(port, "/"), Ok((200, _))))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the agent did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holders: Vec<_> = [10256u16, 32055]
+        .into_iter()
+        .map(|p| {
+            let stop = std::sync::Arc::clone(&stop);
+            let target: SocketAddr = format!("{NODE_IP}:{p}").parse().unwrap();
+            node.outside.spawn(move || hold_slowly(target, HELD, &stop))
+        })
+        .collect();
+    // Every connection opened once (2,000 at 200 a second) before the probes start.
+    std::thread::sleep(Duration::from_secs(12));
+    let mut probes = Vec::new();
+    let probing = Instant::now();
+    for _ in 0..50 {
+        for addr in [healthz, port] {
+            let path = if addr == healthz { "/livez" } else { "/" };
+            let t = Instant::now();
+            let got = probe_within(addr, path, Duration::from_secs(1));
+            probes.push((addr, t.elapsed(), got, t - probing));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened: Vec<usize> = holders.into_iter().map(|h| h.join().unwrap()).collect();
+    let alive = agent.try_wait().unwrap().is_none();
+    let _ = agent.kill();
+    let _ = agent.wait();
+
+    let mut took: Vec<Duration> = probes.iter().map(|(_, t, _, _)| *t).collect();
+    took.sort();
+    let summary = format!(
+        "{} probes, answered in {:.1?} (median), {:.1?} (longest); the slow clients opened {opened:?} connections",
+        probes.len(),
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+    eprintln!("{summary}");
+    assert!(alive, "the agent died under the slow clients");
+    assert!(
+        opened.iter().all(|&n| n >= HELD),
+        "the slow clients never held {HELD} connections: {summary}"
+    );
+    let failed: Vec<_> = probes
+        .iter()
+        .filter(|(_, _, got, _)| !matches!(got, Ok(200)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{summary}; {} of {} probes failed, the first: {:?}",
+        failed.len(),
+        probes.len(),
+        &failed[..failed.len().min(8)]
+    );
+}
+
+/// Keeps `count` connections to `target` open, each with an unfinished request head, and
+/// opens a new one whenever one is closed, until `stop`; how many it opened in all.
+fn hold_slowly(target: SocketAddr, count: usize, stop: &std::sync::atomic::AtomicBool) -> usize {
+    use std::io::{Read, Write};
+    let mut held: Vec<std::net::TcpStream> = Vec::with_capacity(count);
+    let mut opened = 0;
+    let connect = || -> Option<std::net::TcpStream> {
+        let mut s =
+            std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).ok()?;
+        s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n").ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some(s)
+    };
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        // Those the agent closed go; the rest stay.
+        let mut buf = [0u8; 256];
+        held.retain_mut(
+            |s| matches!(s.read(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        );
+        // At most 20 new ones a round, 200 a second: all 2,000 refilled every 10 s, the
+        // header timeout, as a client bent on holding the port would. (A flood of connections
+        // faster than the agent can accept them overflows the kernel's accept queue, which
+        // drops every SYN alike, the probe's too: no server can sort that out.)
+        let mut round = 0;
+        while held.len() < count && round < 20 && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            round += 1;
+            match connect() {
+                Some(s) => {
+                    held.push(s);
+                    opened += 1;
+                }
+                None => break,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    opened
+}
+
+/// A kubelet-style HTTP probe: the status code, or why there is none within `timeout`
+/// (connecting and the whole answer included).
+fn probe_within(addr: &str, path: &str, timeout: Duration) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + timeout;
+    let target: SocketAddr = addr.parse().unwrap();
+    let mut s = std::net::TcpStream::connect_timeout(&target, timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.37\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no answer within {timeout:?}"));
+        }
+        s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status in {:?}", String::from_utf8_lossy(&answer)))
+}
+
 /// Every metric family on `/metrics` gets samples once what it measures has happened, and
 /// those this test makes happen are above zero: a metric registered but never recorded (the
 /// network-programming latency and the IPVS connections gauge were) fails here.
@@ -802,6 +967,7 @@ fn every_metric_is_fed_when_what_it_measures_happens() {
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",
+        "kube_proxy_ipvs_heap_inuse_bytes",
         "process_start_time_seconds",
         "kubernetes_build_info",
     ];

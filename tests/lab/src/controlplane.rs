@@ -333,6 +333,9 @@ impl ControlPlane {
             "--profiling=false".into(),
             // As kubeadm runs it: the DaemonSet's init container is privileged.
             "--allow-privileged=true".into(),
+            // Validation as before 1.36 (ParseIPSloppy), so that tests can store what
+            // long-lived clusters still hold: addresses with leading zeros.
+            "--feature-gates=StrictIPCIDRValidation=false".into(),
         ];
         std::fs::write(
             dir.join("admin-host.kubeconfig"),

@@ -118,6 +118,24 @@ pub fn try_sh(script: &str) -> (bool, String) {
     )
 }
 
+/// Raises this process's soft and hard limits of open files to `n` (root in the guest may):
+/// for tests that hold thousands of sockets. The guest has no `prlimit`.
+pub fn raise_open_files(n: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    // SAFETY: setrlimit(2) with a valid, initialised struct; it changes only this process's
+    // limit.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(
+        rc,
+        0,
+        "setrlimit(RLIMIT_NOFILE, {n}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 /// A named network namespace (`ip netns add`), deleted on drop: a pod or a client.
 pub struct NamedNetns {
     name: String,

@@ -14,6 +14,7 @@
 //!   namespace per test, shell helpers, named namespaces for pods and clients).
 //! - [`net`]: pods on a bridge answering with their names, clients, TCP and UDP probes.
 //! - [`report`]: the summary table of what tests tried and lost, printed after the tests.
+//! - [`rng`]: a seeded generator for random runs replayed from their seed.
 //!
 //! # Writing a kernel test
 //! A package declares a test target named `lab` that only builds with its `lab` feature, so
@@ -49,6 +50,7 @@ pub mod image;
 pub mod net;
 pub mod payload;
 pub mod report;
+pub mod rng;
 pub mod suite;
 pub mod vm;
 

@@ -68,6 +68,16 @@ enum Cmd {
     },
     /// Start the test control plane on the host, print its directory and wait for Ctrl-C.
     ControlPlane,
+    /// Merge the reliability tables of a run made in shards (each `test --reliability-table`
+    /// on part of the suite, at one commit) into one document.
+    MergeTables {
+        /// Where the merged document goes (`RELIABILITY.md`).
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+        /// The shards' documents.
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -132,6 +142,31 @@ fn run(cli: Cli) -> lab::Result<ExitCode> {
                 cp.dir().display()
             );
             let _ = std::io::stdin().read_line(&mut String::new());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::MergeTables { out, shards } => {
+            let docs = shards
+                .iter()
+                .map(|p| {
+                    std::fs::read_to_string(p)
+                        .map_err(|e| lab::Error::Setup(format!("{}: {e}", p.display())))
+                })
+                .collect::<lab::Result<Vec<String>>>()?;
+            let doc = lab::report::merge(&docs).map_err(lab::Error::Failed)?;
+            std::fs::write(&out, &doc)
+                .map_err(|e| lab::Error::Setup(format!("{}: {e}", out.display())))?;
+            let problems = lab::report::problems(&doc);
+            eprintln!(
+                "lab: {} shards merged into {} ({} problem(s){})",
+                docs.len(),
+                out.display(),
+                problems.len(),
+                if problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", problems.join("; "))
+                }
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Image => {

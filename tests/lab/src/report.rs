@@ -263,14 +263,79 @@ pub fn head_commit() -> Option<String> {
 pub fn document(table: &str, kernel: &str, run: &str) -> String {
     format!(
         "# Reliability\n\n\
-         What the reliability suite (`crates/agent/tests/reliability/` and two kernel tests of\n\
-         `crates/agent/tests/lab.rs`) did to the agent in the lab VM (kernel {kernel}) and what was\n\
-         lost: one row per scenario, the last column the verdict (`pass`, or `FAILED` when the\n\
+         What the reliability suite (`crates/agent/tests/reliability/`, two kernel tests of\n\
+         `crates/agent/tests/lab.rs` and the soak of `tests/peers/tests/soak/`) did to the agent in\n\
+         the lab VM (kernel {kernel}) and what was lost: one row per scenario, the last column the verdict (`pass`, or `FAILED` when the\n\
          test failed). Written by `lab test --reliability-table RELIABILITY.md` (CONTRIBUTING.md, \"The\n\
          reliability table\"); `tests/run.sh` checks that it has one row per scenario of the suite.\n\n\
          {run}\n\n\
          {table}"
     )
+}
+
+/// One table from the shards of a run too long for one sitting: each shard a document that
+/// [`document`] wrote for part of the suite (`lab test --reliability-table` with a filter).
+/// The shards must name one commit, without uncommitted changes, and one kernel, and no
+/// scenario may have a row in two of them; the merged document says it was made in shards,
+/// and on which days.
+pub fn merge(shards: &[String]) -> Result<String, String> {
+    let field = |doc: &str, start: &str, end: char| -> Option<String> {
+        let at = doc.find(start)? + start.len();
+        Some(doc[at..].split(end).next()?.to_string())
+    };
+    let mut commit = None;
+    let mut kernel = None;
+    let mut dates = std::collections::BTreeSet::new();
+    let mut lines: Vec<String> = Vec::new();
+    for (i, doc) in shards.iter().enumerate() {
+        let shard = i + 1;
+        let run = doc
+            .lines()
+            .find(|l| l.starts_with("Run: "))
+            .ok_or(format!("shard {shard}: no `Run:` line"))?;
+        let (date, rest) = run["Run: ".len()..]
+            .split_once(", commit ")
+            .ok_or(format!("shard {shard}: {run:?} names no commit"))?;
+        let c = rest.trim_end_matches('.').to_string();
+        if c.contains(' ') {
+            return Err(format!(
+                "shard {shard}: {run:?}: not a committed tree, or a merged table"
+            ));
+        }
+        let k = field(doc, "(kernel ", ')').ok_or(format!("shard {shard}: no kernel named"))?;
+        if commit.get_or_insert_with(|| c.clone()) != &c {
+            return Err(format!(
+                "shard {shard} ran commit {c}, another shard {commit:?}"
+            ));
+        }
+        if kernel.get_or_insert_with(|| k.clone()) != &k {
+            return Err(format!(
+                "shard {shard} ran kernel {k}, another shard {kernel:?}"
+            ));
+        }
+        dates.insert(date.to_string());
+        lines.extend(
+            doc.lines()
+                .filter(|l| l.starts_with("| ") && !l.starts_with("| area |"))
+                .map(str::to_string),
+        );
+    }
+    let (commit, kernel) = commit.zip(kernel).ok_or("no shard")?;
+    lines.sort();
+    let table = format!("{HEADER}\n{}\n", lines.join("\n"));
+    let mut seen = std::collections::BTreeSet::new();
+    for (area, scenario, _) in rows(&table) {
+        if !seen.insert((area.clone(), scenario.clone())) {
+            return Err(format!("({area:?}, {scenario:?}) has a row in two shards"));
+        }
+    }
+    let dates: Vec<String> = dates.into_iter().collect();
+    let run = format!(
+        "Run: {}, commit {commit}, in {} shards.",
+        dates.join(" and "),
+        shards.len()
+    );
+    Ok(document(&table, &kernel, &run))
 }
 
 /// The rows of a table: `(area, scenario, result)`, cells unescaped.
@@ -422,6 +487,51 @@ mod tests {
         assert!(run_line("2026-11-26", None).contains("commit unknown"));
         // The check of the committed file reads the rows only: the line changes nothing.
         assert_eq!(rows(&doc), rows(&table));
+    }
+
+    #[test]
+    fn shards_of_one_commit_merge_and_others_do_not() {
+        let row = |scenario: &str| {
+            let r = Row::unlisted("drift", scenario);
+            let line = r.line("pass");
+            std::mem::forget(r);
+            line
+        };
+        let shard = |date: &str, commit: &str, kernel: &str, rows: &[&str]| {
+            let table = format!(
+                "{HEADER}\n{}",
+                rows.iter().map(|s| row(s)).collect::<String>()
+            );
+            document(&table, kernel, &run_line(date, Some(commit)))
+        };
+        let a = shard("2026-11-30", "abc1234", "6.1", &["b", "a"]);
+        let b = shard("2026-12-01", "abc1234", "6.1", &["c"]);
+        let merged = merge(&[a.clone(), b.clone()]).unwrap();
+        assert!(
+            merged.contains("Run: 2026-11-30 and 2026-12-01, commit abc1234, in 2 shards."),
+            "{merged}"
+        );
+        let names: Vec<String> = rows(&merged).into_iter().map(|r| r.1).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        for (bad, why) in [
+            (shard("2026-12-01", "def5678", "6.1", &["c"]), "commit"),
+            (shard("2026-12-01", "abc1234", "6.12", &["c"]), "kernel"),
+            (shard("2026-12-01", "abc1234", "6.1", &["a"]), "two shards"),
+            (
+                shard(
+                    "2026-12-01",
+                    "abc1234 with uncommitted changes",
+                    "6.1",
+                    &["c"],
+                ),
+                "not a committed tree",
+            ),
+        ] {
+            let e = merge(&[a.clone(), bad]).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+        // A merged table is no shard: its rows would be counted twice.
+        assert!(merge(&[merged, b]).is_err());
     }
 
     #[test]

@@ -218,6 +218,7 @@ pub fn run(
             if let Some(secs) = stuck_secs(&console).filter(|s| *s >= LOCKUP_LIMIT_SECS) {
                 let _ = child.kill();
                 let _ = child.wait();
+                // tests/cluster/run.sh boots a node again on these words: keep them.
                 return Err(Error::Failed(format!(
                     "the guest kernel locked up (a CPU stuck for {secs} s); kernel log ({}): {}",
                     console_log.display(),

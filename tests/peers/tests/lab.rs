@@ -13,6 +13,7 @@ mod beside;
 mod e2e;
 mod node;
 mod other_modes;
+mod soak;
 mod traffic;
 
 use std::collections::BTreeSet;

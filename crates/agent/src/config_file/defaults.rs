@@ -32,7 +32,10 @@ impl KubeProxyConfiguration {
         if self.bind_address.is_empty() {
             self.bind_address = "0.0.0.0".into();
         }
-        let v6 = matches!(self.bind_address.parse::<IpAddr>(), Ok(IpAddr::V6(_)));
+        let v6 = matches!(
+            crate::sloppy_ip::parse_ip(&self.bind_address),
+            Some(IpAddr::V6(_))
+        );
         let (any, local) = if v6 {
             ("[::]", "[::1]")
         } else {
@@ -112,9 +115,9 @@ fn default_duration(d: &mut GoDuration, secs: i64) {
 }
 
 pub(super) fn append_port(addr: &mut String, port: u16) {
-    match addr.parse::<IpAddr>() {
-        Ok(IpAddr::V4(ip)) => *addr = format!("{ip}:{port}"),
-        Ok(IpAddr::V6(ip)) => *addr = format!("[{ip}]:{port}"),
-        Err(_) => {}
+    match crate::sloppy_ip::parse_ip(addr) {
+        Some(IpAddr::V4(ip)) => *addr = format!("{ip}:{port}"),
+        Some(IpAddr::V6(ip)) => *addr = format!("[{ip}]:{port}"),
+        None => {}
     }
 }

@@ -1,7 +1,7 @@
 //! What the rest of the agent reads from a loaded configuration: periods, addresses, sysctls,
 //! and the model's [`ProxyConfig`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -55,8 +55,10 @@ impl KubeProxyConfiguration {
 
     /// The sysctls kube-proxy writes from `conntrack` on a node with `cpus` CPUs, as
     /// `(key below /proc/sys, value)`. `nf_conntrack_max` is `maxPerCore × cpus`, at least
-    /// `min`, and only when `maxPerCore > 0` (kube-proxy also raises the module's
-    /// `hashsize` to a quarter of it); a zero timeout leaves its sysctl alone.
+    /// `min`, and only when `maxPerCore > 0`; a zero timeout leaves its sysctl alone. The
+    /// init container (deploy/init-sysctls.sh) writes them, and does the rest of what
+    /// kube-proxy does there: it only ever raises `nf_conntrack_max`, and raises the module's
+    /// `hashsize` to a quarter of it.
     pub fn conntrack_sysctls(&self, cpus: u32) -> Vec<(String, String)> {
         let ct = &self.conntrack;
         let mut out = Vec::new();
@@ -128,10 +130,7 @@ impl KubeProxyConfiguration {
             local_detector,
             nodeport_addresses,
             nodeport_primary: self.node_port_addresses.iter().any(|a| a == "primary"),
-            bind_address: self
-                .bind_address
-                .parse::<IpAddr>()
-                .ok()
+            bind_address: crate::sloppy_ip::parse_ip(&self.bind_address)
                 .filter(|ip| !ip.is_unspecified()),
             node_ips: Vec::new(),
             exclude_cidrs,
@@ -148,6 +147,7 @@ impl KubeProxyConfiguration {
             vip_binding,
             // The modules already loaded are added at start (`dataplane::modules::loaded`).
             allowed_schedulers: self.ipvs.allowed_schedulers.iter().cloned().collect(),
+            scheduler_annotation: self.ipvs.scheduler_annotation.unwrap_or(true),
         })
     }
 

@@ -242,6 +242,12 @@ pub const FIELDS: &[Field] = &[
         "the agent's own: lblc/lblcr a Service's annotation may name though their module is not loaded",
     ),
     field(
+        "ipvs.schedulerAnnotation",
+        Some("ipvs-scheduler-annotation"),
+        Used,
+        "the agent's own: read a Service's scheduler from its annotation (default true)",
+    ),
+    field(
         "ipvs.serviceMetrics",
         Some("ipvs-service-metrics"),
         Used,

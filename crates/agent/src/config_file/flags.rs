@@ -227,6 +227,7 @@ impl KubeProxyConfiguration {
             }
             "ipvs-allowed-schedulers" => self.ipvs.allowed_schedulers = list(),
             "ipvs-service-metrics" => self.ipvs.service_metrics = go_bool(v)?,
+            "ipvs-scheduler-annotation" => self.ipvs.scheduler_annotation = Some(go_bool(v)?),
             _ => return Ok(false),
         }
         Ok(true)

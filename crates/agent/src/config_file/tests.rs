@@ -871,6 +871,7 @@ fn the_field_table_covers_every_field_once() {
     full.ipvs.vip_binding = Some("route".into());
     full.ipvs.allowed_schedulers = vec!["lblc".into()];
     full.ipvs.service_metrics = true;
+    full.ipvs.scheduler_annotation = Some(false);
     let mut paths = BTreeSet::new();
     leaves("", &serde_json::to_value(&full).unwrap(), &mut paths);
     paths.remove("featureGates.X");
@@ -903,6 +904,7 @@ fn the_field_table_covers_every_field_once() {
             "vip-binding" => "route",
             "ipvs-strict-arp"
             | "ipvs-service-metrics"
+            | "ipvs-scheduler-annotation"
             | "masquerade-all"
             | "bind-address-hard-fail"
             | "profiling"
@@ -1165,6 +1167,57 @@ nodePortAddresses: [all]
         .to_proxy_config("n1")
         .unwrap();
     assert_eq!(p.local_detector, LocalDetector::None);
+}
+
+/// Addresses and CIDRs as kube-proxy's validation reads them (`ParseIPSloppy`,
+/// `ParseCIDRSloppy`): leading zeros are decimal, host bits are masked off, and the port of
+/// an `IP:port` is `strconv.Atoi`'s.
+#[test]
+fn addresses_and_cidrs_are_read_as_kube_proxy_reads_them() {
+    let body = "mode: ipvs
+bindAddress: 010.000.000.001
+healthzBindAddress: 127.000.000.001:010256
+metricsBindAddress: '[::1]:+10249'
+clusterCIDR: 010.244.0.0/016
+ipvs:
+  excludeCIDRs: [010.9.1.1/16]
+nodePortAddresses: [192.168.001.000/024]
+";
+    let c = load_text(body).unwrap().config;
+    let p = c.to_proxy_config("n1").unwrap();
+    assert_eq!(p.bind_address, Some("10.0.0.1".parse().unwrap()));
+    assert_eq!(
+        p.exclude_cidrs,
+        vec!["10.9.0.0/16".parse::<IpNet>().unwrap()]
+    );
+    assert_eq!(
+        p.nodeport_addresses,
+        vec!["192.168.1.0/24".parse::<IpNet>().unwrap()]
+    );
+    assert_eq!(
+        parse_host_port(&c.healthz_bind_address).unwrap(),
+        "127.0.0.1:10256".parse().unwrap()
+    );
+    assert_eq!(
+        parse_host_port(&c.metrics_bind_address).unwrap(),
+        "[::1]:10249".parse().unwrap()
+    );
+    for bad in [
+        "1.2.3.4",
+        "1.2.3.4:",
+        "1.2.3.4:x",
+        "::1:80",
+        "[::1]80",
+        "1.2.3.4:65536",
+        "256.0.0.1:80",
+        "1.2.3.4:-1",
+    ] {
+        assert!(parse_host_port(bad).is_err(), "{bad}");
+    }
+    assert!(matches!(
+        parse_host_port("1.2.3.4:000"),
+        Err(Problem::PortZero { .. })
+    ));
 }
 
 #[test]

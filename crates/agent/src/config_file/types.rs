@@ -137,6 +137,10 @@ pub struct Ipvs {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub service_metrics: bool,
+    /// The agent's own field: whether a Service's scheduler annotation is read
+    /// (`--ipvs-scheduler-annotation`; unset: true). Written back only when set.
+    #[serde(deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub scheduler_annotation: Option<bool>,
 }
 
 /// `nftables` (nftables mode only).

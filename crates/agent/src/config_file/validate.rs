@@ -1,6 +1,6 @@
 //! kube-proxy's validation of a defaulted configuration.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
@@ -192,7 +192,7 @@ impl KubeProxyConfiguration {
 
     /// Bind addresses, `clusterCIDR`, `portRange` and `nodePortAddresses`.
     fn check_addresses(&self, push: &mut Errs) {
-        if self.bind_address.parse::<IpAddr>().is_err() {
+        if crate::sloppy_ip::parse_ip(&self.bind_address).is_none() {
             push.add(
                 "bindAddress",
                 Problem::NotAnIp {
@@ -400,23 +400,50 @@ fn non_negative(name: &str, d: GoDuration, push: &mut Errs) {
     }
 }
 
-/// A CIDR as Go's `net.ParseCIDR` takes it (host bits may be set); a bare address is refused.
+/// A CIDR as kube-proxy's validation takes it (`ParseCIDRSloppy`: leading zeros allowed),
+/// host bits masked off as that returns it; a bare address is refused.
 pub fn parse_cidr(s: &str) -> Result<IpNet, Problem> {
-    s.parse::<IpNet>().map_err(|_| Problem::NotACidr {
+    crate::sloppy_ip::parse_cidr(s).ok_or_else(|| Problem::NotACidr {
         value: s.to_string(),
     })
 }
 
-/// `IP:port`, IPv6 in brackets, port 1..=65535.
+/// `IP:port` as kube-proxy's `validateHostPort` takes it: Go's `net.SplitHostPort` (IPv6 in
+/// brackets), the host by `ParseIPSloppy`, the port by `strconv.Atoi` in 1..=65535.
 pub fn parse_host_port(s: &str) -> Result<SocketAddr, Problem> {
-    let value = || s.to_string();
-    let addr: SocketAddr = s
-        .parse()
-        .map_err(|_| Problem::NotHostPort { value: value() })?;
-    if addr.port() == 0 {
-        return Err(Problem::PortZero { value: value() });
+    let not = || Problem::NotHostPort {
+        value: s.to_string(),
+    };
+    let (host, port) = match s.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']').ok_or_else(not)?;
+            (host, after.strip_prefix(':').ok_or_else(not)?)
+        }
+        None => {
+            let (host, port) = s.rsplit_once(':').ok_or_else(not)?;
+            if host.contains([':', '[', ']']) {
+                return Err(not());
+            }
+            (host, port)
+        }
+    };
+    if port.contains(['[', ']']) {
+        return Err(not());
     }
-    Ok(addr)
+    let ip = crate::sloppy_ip::parse_ip(host).ok_or_else(not)?;
+    let digits = port.strip_prefix('+').unwrap_or(port);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(not());
+    }
+    match digits.trim_start_matches('0') {
+        "" => Err(Problem::PortZero {
+            value: s.to_string(),
+        }),
+        d => match d.parse::<u16>() {
+            Ok(port) => Ok(SocketAddr::new(ip, port)),
+            Err(_) => Err(not()),
+        },
+    }
 }
 
 /// `utilnet.ParsePortRange`: empty, `low-high` or `base+size`.

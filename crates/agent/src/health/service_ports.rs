@@ -172,16 +172,7 @@ impl ServiceHealthServers {
 /// A listening socket on `addr`, of its family only (`IPV6_V6ONLY` on IPv6, as Go's `tcp6`
 /// listeners, so the IPv4 and IPv6 servers of one port can coexist).
 fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    tokio::net::TcpListener::from_std(socket.into())
+    web::listen(addr, true)
 }
 
 #[cfg(test)]

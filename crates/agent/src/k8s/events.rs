@@ -2,13 +2,11 @@
 //! `FailedToStartServiceHealthcheck` on a Service whose health-check node port cannot be
 //! bound; and one of the agent's own, `SchedulerRefused`, on a Service whose scheduler
 //! annotation names a scheduler IPVS would load under its lock (`model::desired::scheduler`).
+//! They are posted through [`super::event_lane::EventLane`].
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::Api;
-use kube::api::PostParams;
-use tracing::{debug, warn};
 
 use crate::model::desired::scheduler::Refusal;
 use crate::model::snapshot::cluster::ServiceRef;
@@ -18,6 +16,15 @@ pub const CONTROLLER: &str = "kube-proxy-ipvs";
 
 /// The `Starting` event on the Node at start (kube-proxy: "Starting kube-proxy.").
 pub fn node_starting(node: &str) -> Event {
+    node_event(
+        node,
+        ("Normal", "Starting", "StartKubeProxy"),
+        "Starting kube-proxy-ipvs.".into(),
+    )
+}
+
+/// An event on the agent's Node: `(type, reason, action)` and the note.
+pub fn node_event(node: &str, what: (&str, &str, &str), note: String) -> Event {
     event(
         node,
         ObjectReference {
@@ -27,8 +34,8 @@ pub fn node_starting(node: &str) -> Event {
             uid: Some(node.into()),
             ..ObjectReference::default()
         },
-        ("Normal", "Starting", "StartKubeProxy"),
-        "Starting kube-proxy-ipvs.".into(),
+        what,
+        note,
     )
 }
 
@@ -94,17 +101,6 @@ fn event(
         reporting_instance: Some(format!("{CONTROLLER}-{node}")),
         regarding: Some(regarding),
         ..Event::default()
-    }
-}
-
-/// Records `event`. A failure is logged, never fatal: events are best effort.
-pub async fn record(client: kube::Client, event: Event) {
-    let namespace = event.metadata.namespace.clone().unwrap_or_default();
-    let reason = event.reason.clone().unwrap_or_default();
-    let api: Api<Event> = Api::namespaced(client, &namespace);
-    match api.create(&PostParams::default(), &event).await {
-        Ok(_) => debug!(reason, "recorded an event"),
-        Err(e) => warn!(reason, error = %e, "cannot record an event"),
     }
 }
 

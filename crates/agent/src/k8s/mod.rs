@@ -7,6 +7,7 @@
 //! [`events`] records the agent's events on its Node and Services.
 
 pub mod convert;
+pub mod event_lane;
 pub mod events;
 
 pub use convert::{ConvertError, Kind, ObjectRef, Reason};

@@ -37,10 +37,12 @@ use crate::model::snapshot::cluster::Family;
 use crate::sync::Report;
 use crate::web::{self, Request, Response};
 
+mod api;
 mod families;
 mod process;
 mod traffic;
 
+pub use api::ApiMetrics;
 use families::{
     CodeLabels, Families, FamilyLabels, KindLabels, NoLabels, PolicyLabels, SetLabels, TypeLabels,
     build_labels,
@@ -177,6 +179,13 @@ impl Metrics {
             traffic,
             replacing: Mutex::new(()),
         }
+    }
+
+    /// Exports `api`'s families too: the API client's requests and the watches' health.
+    #[must_use]
+    pub fn with_api(mut self, api: &ApiMetrics) -> Self {
+        api.register(&mut self.registry);
+        self
     }
 
     fn replacing(&self) -> MutexGuard<'_, ()> {

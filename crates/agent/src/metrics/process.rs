@@ -28,6 +28,8 @@ pub struct Process {
     pub max_fds: Option<u64>,
     /// When the process started, in seconds since the Unix epoch.
     pub start_time_seconds: Option<f64>,
+    /// Bytes in live heap allocations ([`crate::allocator::heap_in_use`]).
+    pub heap_bytes: Option<u64>,
 }
 
 impl Process {
@@ -51,6 +53,7 @@ impl Process {
         p.virtual_bytes = status_kib(&status, "VmSize:") * 1024;
         p.open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
         p.max_fds = max_open_files(&read("/proc/self/limits"));
+        p.heap_bytes = crate::allocator::heap_in_use();
         p
     }
 }
@@ -136,6 +139,13 @@ impl prometheus_client::collector::Collector for Collector {
                 start,
             )?;
         }
+        if let Some(heap) = p.heap_bytes {
+            gauge(
+                "kube_proxy_ipvs_heap_inuse_bytes",
+                "Bytes in live heap allocations, as the allocator counts them (glibc's mallinfo2).",
+                heap as f64,
+            )?;
+        }
         Ok(())
     }
 }
@@ -176,6 +186,7 @@ mod tests {
         assert!(p.virtual_bytes >= p.resident_bytes, "{p:?}");
         assert!(p.open_fds >= 3, "{p:?}");
         assert!(p.max_fds.is_some_and(|m| m >= p.open_fds), "{p:?}");
+        assert!(p.heap_bytes.is_some_and(|h| h > 0), "{p:?}");
         let start = p.start_time_seconds.expect("start time");
         assert!(
             start > now_seconds() - 3600.0 && start <= now_seconds() + 1.0,

@@ -10,6 +10,7 @@ use tracing::warn;
 use super::source::Snapshots;
 use super::tasks::Tasks;
 use crate::health::{Health, ServiceHealthServers};
+use crate::k8s::event_lane::EventLane;
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::snapshot::cluster::{Cluster, Family, ServiceRef};
 
@@ -24,7 +25,7 @@ pub struct HealthCheckPorts {
     /// The families served.
     pub families: Vec<Family>,
     /// Where a port that cannot be bound is reported (API server only).
-    pub events: Option<kube::Client>,
+    pub events: Option<EventLane>,
     /// How often a port that could not be bound is tried again.
     pub retry_period: Duration,
 }
@@ -41,7 +42,6 @@ pub fn start(
         node: ports.node,
         families: ports.families,
         events: ports.events,
-        tasks: tasks.clone(),
         reported: BTreeSet::new(),
     };
     tasks.spawn(follower.run(ports.snapshots, addresses, ports.retry_period));
@@ -56,8 +56,7 @@ struct Follower {
     servers: ServiceHealthServers,
     node: String,
     families: Vec<Family>,
-    events: Option<kube::Client>,
-    tasks: Tasks,
+    events: Option<EventLane>,
     /// Ports already reported, so a port that stays unbindable is one event, not one per
     /// change.
     reported: BTreeSet<Failing>,
@@ -114,15 +113,13 @@ impl Follower {
                 continue;
             }
             warn!(port = check.port, family = ?check.family, service = %check.service, error = %e, "FailedToStartServiceHealthcheck");
-            if let Some(client) = &self.events {
-                let event = crate::k8s::events::health_check_failed(
+            if let Some(events) = &self.events {
+                events.record(crate::k8s::events::health_check_failed(
                     &self.node,
                     &check.service,
                     check.port,
                     &e.to_string(),
-                );
-                self.tasks
-                    .spawn(crate::k8s::events::record(client.clone(), event));
+                ));
             }
         }
         self.reported = failing;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::health_check_ports::{self, HealthCheckPorts};
 use super::source::{Snapshots, Source};
@@ -16,6 +16,7 @@ use crate::cli::Settings;
 use crate::config_file::KubeProxyConfiguration;
 use crate::dataplane::kernel::Kernel;
 use crate::health::Health;
+use crate::k8s::event_lane::EventLane;
 use crate::metrics::Metrics;
 use crate::model::desired::HealthCheckAddresses;
 use crate::model::snapshot::changes::Published;
@@ -35,7 +36,11 @@ pub async fn proxy(
     if let Some(path) = settings.args.config.clone() {
         tasks.spawn(exit_on_config_change(path));
     }
-    let metrics = Arc::new(Metrics::new(&config.families, kp.ipvs.service_metrics));
+    let mut metrics = Metrics::new(&config.families, kp.ipvs.service_metrics);
+    if let Some(api) = &source.api_metrics {
+        metrics = metrics.with_api(api);
+    }
+    let metrics = Arc::new(metrics);
     let health = Health::new(&config.families, kp.health_timeout());
     health.updated();
     if let Some(lifecycle) = source.lifecycle {
@@ -64,7 +69,6 @@ pub async fn proxy(
         health,
         events: source.events,
         health_check_addresses,
-        tasks,
     };
     let periods = Periods {
         sync: kp.sync_period(),
@@ -87,16 +91,21 @@ struct Recorder<'a> {
     metrics: Arc<Metrics>,
     health: Health,
     /// Where events go (API server only).
-    events: Option<kube::Client>,
+    events: Option<EventLane>,
     /// The addresses the health-check node ports listen on, as the last sync found them.
     health_check_addresses: watch::Sender<Option<HealthCheckAddresses>>,
-    tasks: &'a Tasks,
 }
 
 impl Recorder<'_> {
     /// Records a sync that ran: the log, the metrics, the health, the events, and the
     /// health-check node ports' addresses.
     fn record(&self, report: &Report) {
+        if report.full {
+            // A full sync's read of the kernel is the agent's usual peak: its pages go back.
+            let t = std::time::Instant::now();
+            let trimmed = crate::allocator::give_back();
+            debug!(trimmed, took = ?t.elapsed(), "freed memory given back to the system");
+        }
         if !report.drift.is_empty() {
             // Once per repairing sync: the repair leaves nothing for the next one to find.
             warn!(
@@ -107,11 +116,9 @@ impl Recorder<'_> {
         self.metrics.record(report, SystemTime::now());
         self.health.record(report);
         // A refused scheduler is said on its Service, once when the refusal starts.
-        if let Some(client) = &self.events {
+        if let Some(events) = &self.events {
             for refusal in &report.scheduler_refusals {
-                let event = crate::k8s::events::scheduler_refused(self.node, refusal);
-                self.tasks
-                    .spawn(crate::k8s::events::record(client.clone(), event));
+                events.record(crate::k8s::events::scheduler_refused(self.node, refusal));
             }
         }
         self.health_check_addresses.send_if_modified(|a| {

@@ -11,6 +11,8 @@ use tracing::{info, warn};
 
 use super::tasks::Tasks;
 use crate::cli::Settings;
+use crate::k8s::event_lane::EventLane;
+use crate::metrics::ApiMetrics;
 use crate::model::snapshot::changes::{Changes, Published};
 use crate::model::snapshot::cluster::Cluster;
 use crate::source::{api, manifests};
@@ -27,7 +29,9 @@ pub struct Source {
     /// The Node being deleted or drained (API server only).
     pub lifecycle: Option<watch::Receiver<api::NodeLifecycle>>,
     /// Where events go (API server, long-running proxy only).
-    pub events: Option<kube::Client>,
+    pub events: Option<EventLane>,
+    /// The API client's requests and the watches' health (API server only).
+    pub api_metrics: Option<ApiMetrics>,
 }
 
 impl Source {
@@ -40,6 +44,7 @@ impl Source {
                 snapshots: manifest_source(path.clone(), settings.node_name.clone(), tasks)?,
                 lifecycle: None,
                 events: None,
+                api_metrics: None,
             });
         }
         if !daemon {
@@ -54,17 +59,27 @@ impl Source {
             qps: kp.client_connection.qps,
             burst: u32::try_from(kp.client_connection.burst).unwrap_or(0),
         };
-        let client = api::client(&options)
+        let api_metrics = ApiMetrics::default();
+        let observer: Arc<dyn api::ApiObserver> = Arc::new(api_metrics.clone());
+        let client = api::client_observed(&options, Some(observer.clone()))
             .await
             .context("cannot build the API client")?;
-        let events = daemon.then(|| {
-            let event = crate::k8s::events::node_starting(&settings.node_name);
-            tasks.spawn(crate::k8s::events::record(client.clone(), event));
-            client.clone()
-        });
+        let events = if daemon {
+            // A client of their own: events never spend the watches' request budget.
+            let client = api::client_observed(&options, Some(observer.clone()))
+                .await
+                .context("cannot build the events' API client")?;
+            let (lane, post) = EventLane::new(client, settings.node_name.clone());
+            tasks.spawn(post);
+            lane.record(crate::k8s::events::node_starting(&settings.node_name));
+            Some(lane)
+        } else {
+            None
+        };
         let (tx, snapshots) = watch::channel(None);
         let (life_tx, lifecycle) = watch::channel(api::NodeLifecycle::default());
         let watches = api::Watches::new(client, settings.node_name.clone())
+            .observer(observer)
             .node_lifecycle(life_tx)
             .page_size(Some(settings.args.api_list_page_size).filter(|n| *n > 0));
         tasks.spawn(async move {
@@ -76,6 +91,7 @@ impl Source {
             snapshots,
             lifecycle: Some(lifecycle),
             events,
+            api_metrics: Some(api_metrics),
         })
     }
 }

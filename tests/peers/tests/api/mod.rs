@@ -269,13 +269,25 @@ impl Cluster {
     /// Deletes every Service and EndpointSlice of the scenarios' namespace and the scenarios'
     /// Nodes (`peers-*`).
     pub fn clear(&self) -> Result<()> {
+        use futures::stream::{self, TryStreamExt};
         self.rt.block_on(async {
             for kind in ["Service", "EndpointSlice"] {
                 let api = self.api(kind, Some(NAMESPACE));
-                for o in api.list(&ListParams::default()).await?.items {
-                    let name = o.metadata.name.unwrap_or_default();
-                    api.delete(&name, &DeleteParams::default()).await?;
-                }
+                let names: Vec<String> = api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .map(|o| o.metadata.name.unwrap_or_default())
+                    .collect();
+                // 16 at a time: the soak and the bursts leave thousands.
+                let api = &api;
+                stream::iter(names.into_iter().map(Ok::<_, anyhow::Error>))
+                    .try_for_each_concurrent(16, |name| async move {
+                        api.delete(&name, &DeleteParams::default()).await?;
+                        Ok(())
+                    })
+                    .await?;
             }
             let nodes = self.api("Node", None);
             for o in nodes.list(&ListParams::default()).await?.items {

@@ -7,6 +7,7 @@ use ipnet::IpNet;
 
 use super::Reason;
 use crate::model::snapshot::cluster::{Family, Protocol, TrafficPolicy};
+use crate::sloppy_ip;
 
 /// `field` is absent or empty.
 pub(super) fn missing(field: impl Into<String>) -> Reason {
@@ -15,15 +16,18 @@ pub(super) fn missing(field: impl Into<String>) -> Reason {
     }
 }
 
+/// An address as kube-proxy reads it ([`crate::sloppy_ip`]: leading zeros as decimal,
+/// IPv4-mapped IPv6 as IPv4).
 pub(super) fn parse_ip(field: impl FnOnce() -> String, value: &str) -> Result<IpAddr, Reason> {
-    value.parse().map_err(|_| Reason::BadIp {
+    sloppy_ip::parse_ip(value).ok_or_else(|| Reason::BadIp {
         field: field(),
         value: value.to_owned(),
     })
 }
 
+/// A CIDR as kube-proxy reads it, host bits masked off.
 pub(super) fn parse_cidr(field: impl FnOnce() -> String, value: &str) -> Result<IpNet, Reason> {
-    value.parse().map_err(|_| Reason::BadCidr {
+    sloppy_ip::parse_cidr(value).ok_or_else(|| Reason::BadCidr {
         field: field(),
         value: value.to_owned(),
     })

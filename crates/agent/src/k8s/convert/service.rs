@@ -62,8 +62,8 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
         kind,
         cluster_ips: cluster_ips(spec)?,
         ports: service_ports(spec.ports.as_deref().unwrap_or_default(), kind, type_name)?,
-        external_ips: external_ips(spec)?,
-        load_balancer_ips: load_balancer_ips(svc, kind)?,
+        external_ips: external_ips(svc, spec),
+        load_balancer_ips: load_balancer_ips(svc, kind),
         session_affinity: session_affinity(spec)?,
         external_traffic_policy: parse_policy(
             "spec.externalTrafficPolicy",
@@ -74,7 +74,7 @@ fn service_inner(svc: &core::Service) -> Result<Service, Reason> {
             spec.internal_traffic_policy.as_deref(),
         )?,
         health_check_node_port: health_check_node_port(spec)?,
-        load_balancer_source_ranges: load_balancer_source_ranges(spec)?,
+        load_balancer_source_ranges: load_balancer_source_ranges(svc, spec),
         scheduler: scheduler_annotation(svc),
     })
 }
@@ -127,22 +127,44 @@ fn external_name(id: ServiceRef) -> Service {
     }
 }
 
-/// `spec.externalIPs`.
-fn external_ips(spec: &core::ServiceSpec) -> Result<Vec<IpAddr>, Reason> {
+/// `spec.externalIPs`. An entry that is no address is skipped with a warning, not the
+/// Service: the API server may not have validated it, and kube-proxy skips it too
+/// (`MapIPsByIPFamily`).
+fn external_ips(svc: &core::Service, spec: &core::ServiceSpec) -> Vec<IpAddr> {
     spec.external_ips
         .iter()
         .flatten()
         .enumerate()
-        .map(|(i, ip)| parse_ip(|| format!("spec.externalIPs[{i}]"), ip))
+        .filter_map(|(i, ip)| lenient(svc, parse_ip(|| format!("spec.externalIPs[{i}]"), ip)))
         .collect()
+}
+
+/// `parsed`, or `None` with a warning naming the Service, the field and the value (none for
+/// an empty or blank value, which kube-proxy skips silently).
+fn lenient<T>(svc: &core::Service, parsed: Result<T, Reason>) -> Option<T> {
+    match parsed {
+        Ok(v) => Some(v),
+        Err(Reason::BadIp { value, .. } | Reason::BadCidr { value, .. })
+            if value.trim().is_empty() =>
+        {
+            None
+        }
+        Err(reason) => {
+            tracing::warn!(
+                service = %ObjectRef::of(Kind::Service, &svc.metadata),
+                "skipping an entry that kube-proxy skips too: {reason}"
+            );
+            None
+        }
+    }
 }
 
 /// The addresses of `status.loadBalancer.ingress` the node captures, each once; none unless
 /// the Service is a LoadBalancer.
-fn load_balancer_ips(svc: &core::Service, kind: ServiceType) -> Result<Vec<IpAddr>, Reason> {
+fn load_balancer_ips(svc: &core::Service, kind: ServiceType) -> Vec<IpAddr> {
     let mut load_balancer_ips = Vec::new();
     if kind != ServiceType::LoadBalancer {
-        return Ok(load_balancer_ips);
+        return load_balancer_ips;
     }
     let ingress = svc
         .status
@@ -159,12 +181,18 @@ fn load_balancer_ips(svc: &core::Service, kind: ServiceType) -> Result<Vec<IpAdd
         if ing.ip_mode.as_deref() == Some("Proxy") {
             continue;
         }
-        let ip = parse_ip(|| format!("status.loadBalancer.ingress[{i}].ip"), ip)?;
+        // kube-proxy reads no family from an address it cannot parse, so skips it.
+        let Some(ip) = lenient(
+            svc,
+            parse_ip(|| format!("status.loadBalancer.ingress[{i}].ip"), ip),
+        ) else {
+            continue;
+        };
         if !load_balancer_ips.contains(&ip) {
             load_balancer_ips.push(ip);
         }
     }
-    Ok(load_balancer_ips)
+    load_balancer_ips
 }
 
 /// `spec.sessionAffinity`: the ClientIP timeout, `None` without affinity.
@@ -204,16 +232,19 @@ fn health_check_node_port(spec: &core::ServiceSpec) -> Result<Option<u16>, Reaso
     }
 }
 
-/// `spec.loadBalancerSourceRanges`, each truncated to its network.
-fn load_balancer_source_ranges(spec: &core::ServiceSpec) -> Result<Vec<IpNet>, Reason> {
-    // kube-proxy trims each range and takes only CIDRs (no bare addresses), as the API does.
+/// `spec.loadBalancerSourceRanges`, each trimmed (the API's validation allows padding) and
+/// truncated to its network; a range that is no CIDR is skipped with a warning, as
+/// kube-proxy's `MapCIDRsByIPFamily` skips it.
+fn load_balancer_source_ranges(svc: &core::Service, spec: &core::ServiceSpec) -> Vec<IpNet> {
     spec.load_balancer_source_ranges
         .iter()
         .flatten()
         .enumerate()
-        .map(|(i, r)| {
-            parse_cidr(|| format!("spec.loadBalancerSourceRanges[{i}]"), r.trim())
-                .map(|net| net.trunc())
+        .filter_map(|(i, r)| {
+            lenient(
+                svc,
+                parse_cidr(|| format!("spec.loadBalancerSourceRanges[{i}]"), r.trim()),
+            )
         })
         .collect()
 }

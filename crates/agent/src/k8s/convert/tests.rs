@@ -228,44 +228,6 @@ fn service_errors_name_the_field() {
             },
         ),
         (
-            "bad external IP",
-            format!("spec:\n  clusterIP: 10.0.0.1\n  externalIPs: [203.0.113.1, example.com]\n{p80}"),
-            Reason::BadIp {
-                field: s("spec.externalIPs[1]"),
-                value: s("example.com"),
-            },
-        ),
-        (
-            "bad load-balancer ingress IP",
-            format!(
-                "spec:\n  type: LoadBalancer\n  clusterIP: 10.0.0.1\n{p80}status:\n  loadBalancer:\n    ingress: [{{ip: 'not-an-ip'}}]\n"
-            ),
-            Reason::BadIp {
-                field: s("status.loadBalancer.ingress[0].ip"),
-                value: s("not-an-ip"),
-            },
-        ),
-        (
-            "bad source range",
-            format!(
-                "spec:\n  type: LoadBalancer\n  clusterIP: 10.0.0.1\n  loadBalancerSourceRanges: [10.0.0.0/8, 192.168.0.0/33]\n{p80}"
-            ),
-            Reason::BadCidr {
-                field: s("spec.loadBalancerSourceRanges[1]"),
-                value: s("192.168.0.0/33"),
-            },
-        ),
-        (
-            "source range without a prefix",
-            format!(
-                "spec:\n  type: LoadBalancer\n  clusterIP: 10.0.0.1\n  loadBalancerSourceRanges: [192.0.2.7]\n{p80}"
-            ),
-            Reason::BadCidr {
-                field: s("spec.loadBalancerSourceRanges[0]"),
-                value: s("192.0.2.7"),
-            },
-        ),
-        (
             "unknown session affinity",
             format!("spec:\n  clusterIP: 10.0.0.1\n  sessionAffinity: Cookie\n{p80}"),
             Reason::UnknownValue {
@@ -520,6 +482,30 @@ fn service_fields_as_kube_proxy_reads_them() {
                     s.load_balancer_source_ranges,
                     vec![net("10.0.0.0/8"), net("2001:db8::/32")]
                 )
+            },
+        ),
+        (
+            "leading zeros read as decimal, as ParseIPSloppy reads stored objects",
+            "spec:\n  type: LoadBalancer\n  clusterIP: 010.000.000.001\n  externalIPs: ['203.0.113.010']\n  loadBalancerSourceRanges: ['010.1.2.3/08']\nstatus:\n  loadBalancer:\n    ingress: [{ip: '192.0.2.001'}]\n",
+            |s| {
+                assert_eq!(s.cluster_ips, vec![ip("10.0.0.1")]);
+                assert_eq!(s.external_ips, vec![ip("203.0.113.10")]);
+                assert_eq!(s.load_balancer_ips, vec![ip("192.0.2.1")]);
+                assert_eq!(s.load_balancer_source_ranges, vec![net("10.0.0.0/8")]);
+            },
+        ),
+        (
+            "an IPv4-mapped IPv6 address is IPv4, as Go's To4 says",
+            "spec:\n  clusterIP: 10.0.0.1\n  externalIPs: ['::ffff:203.0.113.9']\n",
+            |s| assert_eq!(s.external_ips, vec![ip("203.0.113.9")]),
+        ),
+        (
+            "bad external IPs, ingress IPs and source ranges are skipped, not the Service",
+            "spec:\n  type: LoadBalancer\n  clusterIP: 10.0.0.1\n  externalIPs: [203.0.113.1, example.com, '']\n  loadBalancerSourceRanges: [10.0.0.0/8, 192.168.0.0/33, 192.0.2.7, '']\nstatus:\n  loadBalancer:\n    ingress: [{ip: 'not-an-ip'}, {ip: 192.0.2.1}]\n",
+            |s| {
+                assert_eq!(s.external_ips, vec![ip("203.0.113.1")]);
+                assert_eq!(s.load_balancer_ips, vec![ip("192.0.2.1")]);
+                assert_eq!(s.load_balancer_source_ranges, vec![net("10.0.0.0/8")]);
             },
         ),
     ];
@@ -818,6 +804,24 @@ status:
             labels: [(s("topology.kubernetes.io/zone"), s("z1"))].into(),
         }
     );
+}
+
+/// Endpoint and node addresses stored before the API server parsed strictly read as
+/// kube-proxy reads them (`ParseIPSloppy`): leading zeros are decimal, an IPv4-mapped
+/// address is IPv4.
+#[test]
+fn endpoint_and_node_addresses_are_read_leniently() {
+    let got = ok_slice(&format!(
+        "{SLICE_META}addressType: IPv4\nports: [{{port: 8080}}]\nendpoints:\n- {{addresses: ['010.244.000.002']}}\n- {{addresses: ['::ffff:10.244.0.3']}}\n"
+    ));
+    let addresses: Vec<IpAddr> = got.endpoints.iter().map(|e| e.address).collect();
+    assert_eq!(addresses, vec![ip("10.244.0.2"), ip("10.244.0.3")]);
+    let got = node(&node_of(
+        "metadata: {name: n}\nspec: {podCIDRs: ['010.244.001.000/024']}\nstatus:\n  addresses: [{type: InternalIP, address: 192.168.001.010}]\n",
+    ))
+    .unwrap();
+    assert_eq!(got.addresses, vec![ip("192.168.1.10")]);
+    assert_eq!(got.pod_cidrs, vec![net("10.244.1.0/24")]);
 }
 
 #[test]

@@ -82,7 +82,11 @@ impl fmt::Display for Refusal {
 /// The scheduler of `service`'s virtual servers under `config`, and the refusal of its own
 /// scheduler when that is what happened.
 pub fn resolve(service: &Service, config: &ProxyConfig) -> (SchedulerName, Option<Refusal>) {
-    let Some(asked) = &service.scheduler else {
+    let Some(asked) = service
+        .scheduler
+        .as_ref()
+        .filter(|_| config.scheduler_annotation)
+    else {
         return (config.scheduler.as_str().into(), None);
     };
     let why = if *asked == config.scheduler {
@@ -183,6 +187,22 @@ mod tests {
         };
         let s = with_scheduler("web", Some("lblcr"));
         assert_eq!(resolve(&s, &node), ("lblcr".into(), None));
+    }
+
+    #[test]
+    fn without_the_annotation_every_service_gets_the_nodes_scheduler_and_no_refusal() {
+        let off = ProxyConfig {
+            scheduler: "wlc".into(),
+            scheduler_annotation: false,
+            ..ProxyConfig::default()
+        };
+        for asked in ["sh", "lblc", "nonsense"] {
+            assert_eq!(
+                resolve(&with_scheduler("web", Some(asked)), &off),
+                ("wlc".into(), None),
+                "{asked}"
+            );
+        }
     }
 
     #[test]

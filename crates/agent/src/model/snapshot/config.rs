@@ -77,6 +77,9 @@ pub struct ProxyConfig {
     /// (`--ipvs-allowed-schedulers`) and those whose module was loaded when the agent
     /// started. Any other scheduler is always allowed.
     pub allowed_schedulers: BTreeSet<String>,
+    /// Whether a Service's own scheduler (its annotation) is used at all
+    /// (`--ipvs-scheduler-annotation`); without it every Service gets [`Self::scheduler`].
+    pub scheduler_annotation: bool,
 }
 
 /// How the VIPs are made local to the node (`--vip-binding`, `ipvs.vipBinding`).
@@ -153,6 +156,7 @@ impl Default for ProxyConfig {
             kernel_version: None,
             vip_binding: VipBinding::Address,
             allowed_schedulers: BTreeSet::new(),
+            scheduler_annotation: true,
         }
     }
 }

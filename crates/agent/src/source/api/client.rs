@@ -2,11 +2,13 @@
 //! `--kube-api-burst`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use kube::Client;
 use kube::client::ClientBuilder;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 
+use super::observe::{ApiObserver, ObserveLayer};
 use super::rate::RateLimitLayer;
 use super::{Error, Result};
 
@@ -70,8 +72,25 @@ async fn from_kubeconfig(path: &Path) -> Result<Config> {
 /// A client built from [`config`], its requests limited to `qps` and `burst` as client-go
 /// limits kube-proxy's.
 pub async fn client(options: &ClientOptions) -> Result<Client> {
+    client_observed(options, None).await
+}
+
+/// [`client`], each request told to `observer` (its duration without the rate limit's wait,
+/// as client-go's `rest_client_request_duration_seconds` counts it).
+pub async fn client_observed(
+    options: &ClientOptions,
+    observer: Option<Arc<dyn ApiObserver>>,
+) -> Result<Client> {
     let config = config(options).await?;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     let builder = ClientBuilder::try_from(config).map_err(Error::Client)?;
+    // Layers added later wrap those added earlier: the observer sits below the rate limit.
+    let observe = observer.map(|o| ObserveLayer::new(o, &host));
+    let builder = builder.with_layer(&tower::util::option_layer(observe));
     Ok(if options.qps > 0.0 {
         builder
             .with_layer(&RateLimitLayer::new(options.qps, options.burst))

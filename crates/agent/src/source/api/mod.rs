@@ -50,6 +50,7 @@
 mod client;
 mod error;
 pub mod initial;
+mod observe;
 mod rate;
 mod store;
 mod stream;
@@ -73,8 +74,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
-pub use self::client::{ClientOptions, client, config};
+pub use self::client::{ClientOptions, client, client_observed, config};
 pub use self::error::{Error, Result};
+pub use self::observe::ApiObserver;
 use self::store::{Stores, Update};
 use self::stream::{WatchResult, watch_kind};
 use crate::model::snapshot::changes::Published;
@@ -129,6 +131,7 @@ pub struct Watches {
     streaming: bool,
     silence: Duration,
     lifecycle: Option<Arc<watch::Sender<NodeLifecycle>>>,
+    observer: Option<Arc<dyn ApiObserver>>,
 }
 
 impl Debug for Watches {
@@ -153,7 +156,15 @@ impl Watches {
             streaming: true,
             silence: initial::SILENCE,
             lifecycle: None,
+            observer: None,
         }
+    }
+
+    /// Tells `observer` of each watch's events and errors, by kind.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<dyn ApiObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The least time between two published snapshots (default [`DEFAULT_COALESCE`]): a
@@ -229,10 +240,22 @@ impl Watches {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
     {
         let api = Api::all(self.client.clone());
-        if self.streams() {
+        let stream = if self.streams() {
             initial::streamed_or_listed(api, config, self.silence)
         } else {
             watch_kind(api, config)
+        };
+        match self.observer.clone() {
+            None => stream,
+            Some(observer) => {
+                let kind = observe::kind_of(&format!("/{}", K::plural(&()))).unwrap_or("other");
+                stream
+                    .inspect(move |r| match r {
+                        Ok(_) => observer.watch_event(kind),
+                        Err(e) => observer.watch_error(kind, observe::error_reason(e)),
+                    })
+                    .boxed()
+            }
         }
     }
 
