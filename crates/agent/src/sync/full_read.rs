@@ -118,16 +118,8 @@ impl<D: Dataplane> Syncer<D> {
                 _ => unknown.push(*key),
             }
         }
-        // In place: what the read found equal is dropped and the shadow's copy stays (the
-        // module of `absorb` says why).
-        let mut shadow = match old {
-            Some(mut shadow) => {
-                shadow.state.absorb(state);
-                shadow.host.absorb(host);
-                shadow
-            }
-            None => Shadow { state, host },
-        };
+        drop(old);
+        let mut shadow = Shadow { state, host };
         shadow.replay(journal);
         // Counts read before a real server changed (a drain that began meanwhile) must not
         // end its drain: they are left unknown until the next read.

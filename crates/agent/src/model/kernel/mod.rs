@@ -2,8 +2,6 @@
 //! it found (`observe`) have this shape, and `plan` diffs two of them.
 //!
 //! # Layout
-//! - [`absorb`]: a fresh read taken into the state held, in place (the shadow's at each full
-//!   sync).
 //! - [`sorted_map`]: the small sorted-vector map a virtual server's real servers are held in.
 //! - [`rolling`]: which share of the real servers a periodic full sync reads.
 //! - [`host`]: the host's addresses, read with the rest of the kernel state.
@@ -15,7 +13,6 @@
 //! - [`sets`]: the KUBE-* ipsets the agent makes and their typed names ([`SetName`]), the part
 //!   of ipset it owns.
 
-pub mod absorb;
 pub mod canonical;
 pub mod chains;
 pub mod host;
