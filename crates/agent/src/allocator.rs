@@ -1,6 +1,5 @@
-//! glibc's allocator set for a long-lived agent: one arena for every thread, large blocks
-//! always mapped on their own ([`map_large_blocks`]), freed pages given back after full syncs
-//! ([`give_back`]), and its count of the heap ([`heap_in_use`]).
+//! glibc's allocator set for a long-lived agent: one arena for every thread, freed pages
+//! given back after full syncs ([`give_back`]), and its count of the heap ([`heap_in_use`]).
 //!
 //! glibc gives a thread that meets contention an arena of its own (up to eight per core), and
 //! memory freed in an arena serves only that arena's later allocations. The agent's work
@@ -19,34 +18,6 @@ pub fn one_arena() -> bool {
         // SAFETY: `mallopt` sets an allocator parameter; it takes plain integers, touches no
         // memory of ours, and is safe to call at any time (glibc locks its arenas for it).
         unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
-}
-
-/// The size from which glibc maps a block on its own, outside the heap: 128 KiB, glibc's
-/// starting value, held there.
-pub const MMAP_THRESHOLD: usize = 128 << 10;
-
-/// Keeps blocks of [`MMAP_THRESHOLD`] and more out of the heap, for good. Call it first in
-/// `main`, before any thread starts. Returns whether the allocator took the setting (always
-/// false off glibc).
-///
-/// glibc raises its threshold to the size of each mapped block freed (up to 32 MiB), so after
-/// the first relist every list body, sync plan and kernel dump of a few MiB came from the
-/// heap, and the small long-lived objects made meanwhile were left scattered through the
-/// space they had held. Under churn the heap's resident pages grew while the bytes in use
-/// stayed flat (the soak: 2.5 to 3.8 MiB apart over 45 minutes), and `malloc_trim` cannot
-/// give back a page that holds one live block. A fixed threshold also turns off that raise.
-#[allow(unsafe_code)]
-pub fn map_large_blocks() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: as in `one_arena`, `mallopt` takes plain integers and touches no memory of
-        // ours.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1 }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
@@ -104,21 +75,6 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn glibc_takes_one_arena() {
         assert!(super::one_arena());
-    }
-
-    #[test]
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn a_large_block_freed_does_not_bring_the_next_ones_into_the_heap() {
-        assert!(super::map_large_blocks());
-        // Freeing a mapped 4 MiB block raises glibc's own threshold to 4 MiB; held, the
-        // next 1 MiB block is still mapped on its own. glibc starts a mapped block 16 bytes
-        // (its chunk header) into a page; in the heap a block lies at any 16-byte offset.
-        drop(std::hint::black_box(vec![1u8; 4 << 20]));
-        for _ in 0..4 {
-            let block = std::hint::black_box(vec![1u8; 1 << 20]);
-            let offset = block.as_ptr() as usize % 4096;
-            assert_eq!(offset, 16, "the 1 MiB block is in the heap");
-        }
     }
 
     /// Resident memory of this process, in bytes.

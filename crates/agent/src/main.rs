@@ -7,10 +7,8 @@ use std::process::ExitCode;
 use kube_proxy_ipvs_agent::{allocator, cli, logging, run};
 
 fn main() -> ExitCode {
-    // Before any thread: one arena keeps the peak of memory down, a fixed mmap threshold
-    // keeps large blocks from scattering the heap (the module says why).
+    // Before any thread: one arena keeps the peak of memory down (the module says why).
     allocator::one_arena();
-    allocator::map_large_blocks();
     let settings = match cli::parse() {
         Ok(s) => s,
         Err(e) => {
