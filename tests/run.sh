@@ -57,7 +57,8 @@ step "kernel tests in the lab (with the real control plane; the differential cor
 # The longest tests run scaled down, to keep CI within its time: a cold sync of 3,000 Services
 # killed at 6 points (instead of 10,000 at 20: 944 s alone; 5,000 at 10 took 660 s), an API
 # server outage of 60 s (instead of 300), a burst of 1,000 Services (instead of 2,500: 195 s) and
-# a soak of 10 minutes with 6 checks (instead of an hour with 12; both at 5,000 Services).
+# a soak of 10 minutes with 6 checks (instead of an hour with 12; both at 5,000 Services; its
+# anonymous RSS bound is 10%, the hour's 5%: tests/peers/tests/soak, SHORT_RSS_BOUND).
 # Their reliability table goes to target/RELIABILITY.md; the committed RELIABILITY.md comes from
 # the whole run (CONTRIBUTING.md, "The reliability table").
 RELIABILITY_CRASH_SERVICES=3000 RELIABILITY_CRASH_POINTS=6 RELIABILITY_OUTAGE_SECS=60 PEERS_BURST_SERVICES=1000 \
