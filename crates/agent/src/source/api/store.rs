@@ -31,6 +31,8 @@ pub(super) type Key = (String, String);
 pub(super) struct Entry<M> {
     pub(super) version: String,
     pub(super) model: Option<M>,
+    /// The last relist that found this version ([`Store::relists`]; 0: none).
+    pub(super) seen: u64,
 }
 
 /// The converted objects of one kind.
@@ -38,8 +40,13 @@ pub(super) struct Entry<M> {
 pub(super) struct Store<K: Watched> {
     /// What the snapshots are built from.
     pub(super) live: BTreeMap<Key, Entry<K::Model>>,
-    /// A relist in progress: replaces `live` at `InitDone`.
+    /// A relist in progress: the objects it found at a version `live` does not hold, taken
+    /// into `live` at `InitDone`. Those `live` holds at the same version are only marked
+    /// seen: a relist reallocates nothing of what is unchanged, so the long-lived memory
+    /// stays where it was, and the list's passing decode opens no holes in it.
     pub(super) relist: Option<BTreeMap<Key, Entry<K::Model>>>,
+    /// Counts the relists begun (the first list is 1).
+    pub(super) relists: u64,
     /// Whether a list has completed once.
     pub(super) listed: bool,
     /// How many object versions were rejected.
@@ -51,6 +58,7 @@ impl<K: Watched> Default for Store<K> {
         Self {
             live: BTreeMap::new(),
             relist: None,
+            relists: 0,
             listed: false,
             rejected: 0,
         }
@@ -78,7 +86,11 @@ impl<K: Watched> Store<K> {
         } else if model.is_none() {
             debug!(kind = K::KIND, namespace = %key.0, name = %key.1, "not proxied");
         }
-        Entry { version, model }
+        Entry {
+            version,
+            model,
+            seen: 0,
+        }
     }
 
     /// Applies one watcher event, and says what of the snapshot it changed.
@@ -91,24 +103,44 @@ impl<K: Watched> Store<K> {
                         "relisting; snapshots keep the previous list"
                     );
                 }
+                self.relists += 1;
                 self.relist = Some(BTreeMap::new());
                 Changed::Nothing
             }
             Event::InitApply(obj) => {
                 let key = Self::key(&obj);
+                let version = obj.resource_version().unwrap_or_default();
+                if let Some(e) = self
+                    .live
+                    .get_mut(&key)
+                    .filter(|e| !version.is_empty() && e.version == version)
+                {
+                    e.seen = self.relists;
+                    return Changed::Nothing;
+                }
                 let entry = self.entry(&key, &obj);
                 self.relist.get_or_insert_default().insert(key, entry);
                 Changed::Nothing
             }
             Event::InitDone => {
-                let listed = self.relist.take().unwrap_or_default();
-                let old = std::mem::replace(&mut self.live, listed);
+                let found = self.relist.take().unwrap_or_default();
                 let first = !self.listed;
                 self.listed = true;
+                // What the list did not find is gone; what it found anew replaces or joins.
+                let (relist, mut changed) = (self.relists, first);
+                self.live.retain(|key, e| {
+                    let kept = e.seen == relist || found.contains_key(key);
+                    changed |= !kept && e.model.is_some();
+                    kept
+                });
+                for (key, entry) in found {
+                    let new = entry.model.clone();
+                    changed |= self.live.insert(key, entry).and_then(|e| e.model) != new;
+                }
                 if first {
                     debug!(kind = K::KIND, objects = self.live.len(), "listed");
                 }
-                if first || !same_models(&old, &self.live) {
+                if changed {
                     Changed::All
                 } else {
                     Changed::Nothing
@@ -132,13 +164,6 @@ impl<K: Watched> Store<K> {
     pub(super) fn models(&self) -> impl Iterator<Item = &K::Model> {
         self.live.values().filter_map(|e| e.model.as_ref())
     }
-}
-
-fn same_models<M: PartialEq>(a: &BTreeMap<Key, Entry<M>>, b: &BTreeMap<Key, Entry<M>>) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((ka, ea), (kb, eb))| ka == kb && ea.model == eb.model)
 }
 
 /// What one watcher event changed of the snapshot.
@@ -170,7 +195,7 @@ impl<M: PartialEq> Changed<M> {
 
 /// Brings one of the snapshot's maps to what `changed` says, keying each model by `key`,
 /// and tells `record` each key whose object changed, with its object before and after. A
-/// list or relist is taken by one diff of the map it replaces (a rare event).
+/// list or relist is taken by one diff against the map it lists (a rare event).
 fn follow<K: Ord + Clone, V: PartialEq>(
     map: &mut ObjectMap<K, V>,
     changed: &Changed<Arc<V>>,
@@ -190,10 +215,26 @@ fn follow<K: Ord + Clone, V: PartialEq>(
             let k = key(old.as_deref().or(new.as_deref()).expect("old or new"));
             record(&k, old.as_ref(), new.as_ref());
         }
-        Changed::All => {
+        Changed::All if map.is_empty() => {
             let listed = all();
             cluster::each_difference_by_key(map, &listed, &mut record);
             *map = listed;
+        }
+        // A relist changes the map in place, where it differs: the entries it keeps stay
+        // where they are in memory (a map built whole would move every key).
+        Changed::All => {
+            let listed = all();
+            let mut differ = Vec::new();
+            cluster::each_difference_by_key(map, &listed, |k, old, new| {
+                record(k, old, new);
+                differ.push((k.clone(), new.cloned()));
+            });
+            for (k, new) in differ {
+                match new {
+                    Some(v) => map.insert(k, v),
+                    None => map.remove(&k),
+                };
+            }
         }
     }
 }

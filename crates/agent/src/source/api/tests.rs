@@ -111,6 +111,45 @@ fn a_relist_with_the_same_objects_is_not_a_change() {
 }
 
 #[test]
+fn a_relist_keeps_the_unchanged_objects_where_they_are() {
+    let mut store = Store::<core::Service>::default();
+    let key = |name: &str| ("default".to_string(), name.to_string());
+    for e in [
+        Event::Init,
+        Event::InitApply(service("a", "1", "10.96.0.1")),
+        Event::InitApply(service("b", "1", "10.96.0.2")),
+        Event::InitApply(service("c", "1", "10.96.0.3")),
+        Event::InitDone,
+    ] {
+        store.apply(e).any();
+    }
+    let a = store.live[&key("a")].clone();
+    let version = store.live[&key("a")].version.as_ptr();
+    store.apply(Event::Init).any();
+    for s in [
+        service("a", "1", "10.96.0.1"),
+        service("b", "2", "10.96.0.9"),
+        service("d", "1", "10.96.0.4"),
+    ] {
+        store.apply(Event::InitApply(s)).any();
+    }
+    assert!(
+        store.relist.as_ref().is_some_and(|r| r.len() == 2),
+        "only b's new version and d wait for the list's end"
+    );
+    assert!(store.apply(Event::InitDone).any());
+    assert_eq!(names(&store), ["a", "b", "d"], "c was deleted meanwhile");
+    let kept = &store.live[&key("a")];
+    assert_eq!(kept.version.as_ptr(), version, "a's entry was made again");
+    assert!(std::sync::Arc::ptr_eq(
+        kept.model.as_ref().unwrap(),
+        a.model.as_ref().unwrap()
+    ));
+    let b = store.live[&key("b")].model.as_ref().unwrap();
+    assert_eq!(b.cluster_ips[0].to_string(), "10.96.0.9");
+}
+
+#[test]
 fn a_list_interrupted_and_restarted_drops_the_partial_buffer() {
     let mut store = Store::<core::Service>::default();
     store.apply(Event::Init).any();
