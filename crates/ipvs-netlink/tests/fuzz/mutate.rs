@@ -3,29 +3,8 @@
 //! corruptions of the seed files, from a fixed-seed PRNG so that a failure names a case
 //! that replays. Shared by path with the agent's `fuzz_regressions` test.
 
-/// SplitMix64: tiny, fixed-seed, good enough to spread mutations.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+/// The lab's seeded generator (SplitMix64): one seed, one sequence of mutations.
+pub use lab::rng::Rng;
 
 /// Values that break length and count arithmetic.
 const INTERESTING: [u8; 8] = [0, 1, 3, 4, 0x7f, 0x80, 0xfe, 0xff];

@@ -46,9 +46,9 @@ const BOUND: f64 = 0.05;
 /// so does the hour's run.
 const SHORT_RSS_BOUND: f64 = 0.10;
 
-/// The bound on figure `name` in a soak of `minutes`.
-fn bound(name: &str, minutes: f64) -> f64 {
-    if name == "anonymous RSS" && minutes < 60.0 {
+/// The bound on figure `i` of [`Figures::NAMES`] in a soak of `minutes`.
+fn bound(i: usize, minutes: f64) -> f64 {
+    if i == Figures::ANONYMOUS_RSS && minutes < 60.0 {
         SHORT_RSS_BOUND
     } else {
         BOUND
@@ -81,6 +81,8 @@ struct Figures {
 
 impl Figures {
     const NAMES: [&'static str; 4] = ["anonymous RSS", "heap", "open fds", "netlink sockets"];
+    /// Anonymous RSS's place in [`Figures::NAMES`] and [`Figures::values`].
+    const ANONYMOUS_RSS: usize = 0;
 
     fn values(&self) -> [f64; 4] {
         [self.rss_anon, self.heap, self.fds, self.netlink]
@@ -577,7 +579,7 @@ fn soak_an_hour_of_churn_keeps_the_state_a_fresh_build_would_make_and_leaks_noth
             shown(name, hi),
             100.0 * if hi - b >= b - lo { hi - b } else { lo - b } / b.max(1.0)
         ));
-        let limit = bound(name, minutes);
+        let limit = bound(i, minutes);
         if drift > limit {
             over.push(format!(
                 "{name}: {} at the baseline, {}..{} after: {:.1}% (bound {:.0}%)",
@@ -621,7 +623,7 @@ fn soak_an_hour_of_churn_keeps_the_state_a_fresh_build_would_make_and_leaks_noth
         minutes * f64::from(baseline) / f64::from(checks),
         figures[baseline as usize - 1].2
     ));
-    let bounds = if bound("anonymous RSS", minutes) == BOUND {
+    let bounds = if bound(Figures::ANONYMOUS_RSS, minutes) == BOUND {
         format!("bound {:.0}%", 100.0 * BOUND)
     } else {
         format!(
