@@ -93,6 +93,14 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("restart", "kill -9 restart"),
     ("restart", "binary upgrade"),
     ("restart", "restart with a Service changed while down"),
+    (
+        "soak",
+        "random churn, the API server restarted twice: the kernel state against a fresh build",
+    ),
+    (
+        "soak",
+        "random churn, the API server restarted twice: memory, file descriptors and netlink sockets",
+    ),
 ];
 
 /// One row of the summary table, written when dropped.
