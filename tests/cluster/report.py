@@ -10,10 +10,15 @@
     report.py page RECORD... --shards FILE --skip-file FILE [--swap DIR] [--explain FILE]
                   [--out FILE]
         tests/cluster/E2E.md from the records. Refuses (exit 2) records that name different
-        agent commits or image IDs, a test that two shards ran, or two records of one shard
-        and proxy, or a swap (DIR: swap_report.py's swap.md and its run.json) of another
-        build. Exits 1 when the agent fails a test that kube-proxy passes (the comparison
-        the page exists for), 0 otherwise.
+        kube-proxy or agnhost images or node counts, agent records (and a swap: DIR holds
+        swap_report.py's swap.md and its run.json) that name different agent commits or
+        images, a test that two shards ran, or two records of one shard and proxy. Exits 1
+        when the agent fails a test that kube-proxy passes (the comparison the page exists
+        for), 0 otherwise.
+
+A kube-proxy record runs no agent code, so it stays valid when only the agent changes: an
+agent change reruns the agent half of each shard (`shard.sh --proxy agent NAME`), and the page
+lists the kube-proxy records made in clusters built at another agent commit.
 
 Nothing on the page is typed: every figure and the header come from the records.
 """
@@ -29,8 +34,10 @@ import xml.etree.ElementTree as ET
 
 SUITE_NODES = ("[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]", "[BeforeSuite]",
                "[AfterSuite]", "[ReportAfterSuite]", "[ReportBeforeSuite]")
-# What must be equal in every merged record: the build that ran.
-SAME = ("agent_commit", "agent_image", "kube_proxy_image", "agnhost_image", "nodes")
+# What must be equal in every merged record: the reference's build and the cluster's size.
+SAME = ("kube_proxy_image", "agnhost_image", "nodes")
+# What must be equal in every agent record and the swap: the agent's build.
+SAME_AGENT = ("agent_commit", "agent_image")
 PROXIES = ("kube-proxy", "agent")
 
 
@@ -100,6 +107,15 @@ def cell(result):
     return f"{mark} ({result['seconds']:.0f} s)"
 
 
+def refuse(what, run, ref_path, ref, keys):
+    """Exit 2 when `run` differs from the reference run `ref` (of `ref_path`) in `keys`."""
+    diff = [k for k in keys if run.get(k) != ref.get(k)]
+    if diff:
+        print(f"report: {what} ran another build than {ref_path}: "
+              + ", ".join(f"{k} {run.get(k)} != {ref.get(k)}" for k in diff), file=sys.stderr)
+        sys.exit(2)
+
+
 def page(args):
     records = []
     for path in args.records:
@@ -112,15 +128,13 @@ def page(args):
         for raw in f:
             if raw.strip() and not raw.startswith("#"):
                 shards.append(raw.split()[0])
-    # One build: every record names the same agent commit and images.
     first = records[0][1]["run"]
+    agents = [(path, rec) for path, rec in records if rec["proxy"] == "agent"]
+    agent = agents[0][1]["run"] if agents else None
     for path, rec in records:
-        diff = [k for k in SAME if rec["run"].get(k) != first.get(k)]
-        if diff:
-            print(f"report: {path} ran another build than {records[0][0]}: "
-                  + ", ".join(f"{k} {rec['run'].get(k)} != {first.get(k)}" for k in diff),
-                  file=sys.stderr)
-            sys.exit(2)
+        refuse(path, rec["run"], records[0][0], first, SAME)
+    for path, rec in agents:
+        refuse(path, rec["run"], agents[0][0], agent, SAME_AGENT)
     by = {}
     for path, rec in records:
         key = (rec["shard"], rec["proxy"])
@@ -154,8 +168,8 @@ def page(args):
         "Written by `tests/cluster/report.py page` from the records in `tests/cluster/results/`"
         " (`tests/cluster/shard.sh`; do not edit by hand).",
         "",
-        f"- The agent: commit {first['agent_commit'][:12]}, image "
-        f"`{first['agent_image']}`.",
+        (f"- The agent: commit {agent['agent_commit'][:12]}, image `{agent['agent_image']}`."
+         if agent else "- The agent: no record yet."),
         f"- kube-proxy v1.37.2 (IPVS mode): image `{first['kube_proxy_image']}`; agnhost "
         f"`{short(first['agnhost_image'])}`. {first['nodes']} nodes (lab VMs); e2e.test, "
         "kubelet and kube-proxy from the Kubernetes v1.37.2 module.",
@@ -167,6 +181,14 @@ def page(args):
         f"- Tests the agent fails and kube-proxy passes: {len(regressions)}"
         + (": " + "; ".join(regressions) if regressions else "."),
     ]
+    others = sorted(shard for (shard, proxy), (_, rec) in by.items()
+                    if proxy == "kube-proxy" and agent
+                    and rec["run"].get("agent_commit") != agent["agent_commit"])
+    if others:
+        lines.append("- kube-proxy records made in clusters built at other agent commits (the same"
+                     " kube-proxy and agnhost images): " + ", ".join(
+                         f"{s} ({by[(s, 'kube-proxy')][1]['run']['agent_commit'][:12]})"
+                         for s in others) + ".")
     if missing:
         lines.append("- **Incomplete**: no record yet of " + ", ".join(missing) + ".")
     if unknown:
@@ -204,12 +226,9 @@ def page(args):
         # The swap's section (swap_report.py) beside the run.json of the build it ran.
         with open(os.path.join(args.swap, "run.json")) as f:
             swap_run = json.load(f)
-        diff = [k for k in SAME if swap_run.get(k) != first.get(k)]
-        if diff:
-            print(f"report: the swap in {args.swap} ran another build: "
-                  + ", ".join(f"{k} {swap_run.get(k)} != {first.get(k)}" for k in diff),
-                  file=sys.stderr)
-            sys.exit(2)
+        refuse(f"the swap in {args.swap}", swap_run, records[0][0], first, SAME)
+        if agent:
+            refuse(f"the swap in {args.swap}", swap_run, agents[0][0], agent, SAME_AGENT)
         with open(os.path.join(args.swap, "swap.md")) as f:
             lines += ["", f.read().rstrip()]
     lines += ["", "## Not run, and why (tests/cluster/skip.txt)", ""]

@@ -92,12 +92,30 @@ class ReportTest(unittest.TestCase):
                       text)
         self.assertNotIn("Incomplete", text)
 
-    def test_records_of_another_build_are_refused(self):
+    def test_agent_records_of_another_build_are_refused(self):
         rc, _, err = self.page(self.record("kube-proxy", b_failed=False),
-                               self.record("agent", b_failed=False,
-                                           agent_image="sha256:" + "9" * 64))
+                               self.record("agent", b_failed=False),
+                               self.record("agent", b_failed=False, shard="svc2",
+                                           agent_commit="b" * 40))
         self.assertEqual(rc, 2)
-        self.assertIn("ran another build", err)
+        self.assertIn("agent_commit", err)
+
+    def test_a_reference_of_another_kube_proxy_image_is_refused(self):
+        rc, _, err = self.page(self.record("kube-proxy", b_failed=False,
+                                           kube_proxy_image="sha256:" + "8" * 64),
+                               self.record("agent", b_failed=False))
+        self.assertEqual(rc, 2)
+        self.assertIn("kube_proxy_image", err)
+
+    def test_a_reference_from_another_agent_build_is_kept_and_named(self):
+        rc, text, _ = self.page(self.record("kube-proxy", b_failed=False,
+                                            agent_commit="b" * 40,
+                                            agent_image="sha256:" + "9" * 64),
+                                self.record("agent", b_failed=False))
+        self.assertEqual(rc, 0)
+        self.assertIn("- The agent: commit " + "a" * 12 + ", image `sha256:" + "1" * 64, text)
+        self.assertIn("other agent commits (the same kube-proxy and agnhost images): svc ("
+                      + "b" * 12 + ").", text)
 
     def test_a_missing_shard_is_incomplete_not_a_regression(self):
         rc, text, _ = self.page(self.record("kube-proxy", b_failed=False))
