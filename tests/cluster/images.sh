@@ -30,6 +30,13 @@
 #   distroless-iptables.tar  registry.k8s.io/build-image/distroless-iptables:v0.9.9:
 #                        kube-proxy's Debian tree without kube-proxy (iptables, conntrack,
 #                        a shell), where e2e tests run commands on a node
+#   flannel.tar          ghcr.io/flannel-io/flannel:v0.28.10: flanneld and install-conf in
+#                        /opt/bin (tests/cluster/build.sh), entrypoint flanneld, with what it
+#                        execs: iptables (legacy and nft), iproute2 (upstream's is Alpine)
+#   flannel-cni-plugin.tar  localhost/flannel-cni-plugin:v0.9.1: /flannel, the CNI plugin that
+#                        flannel's DaemonSet copies to the node's /opt/cni/bin, on the lowest
+#                        Debian layer (its cp); not upstream's flannel-cni-plugin, which is
+#                        built from flannel-io/cni-plugin, a module not served here
 #   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
 #                        (BUILDER=rootfs unless BUILDER says otherwise)
 #
@@ -47,6 +54,7 @@ deploy=$root/deploy
 out=$root/target/cluster/images
 work=$root/target/image-cache/cluster
 agnhost_bin=$root/target/cluster/agnhost
+flannel_dir=$root/target/cluster/flannel
 kube_proxy_bin=$root/target/peers/kube-proxy
 regression_bin=$root/target/cluster/regression-issue-74839
 mkdir -p "$out" "$work"
@@ -55,6 +63,9 @@ case ${1:-} in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; e
 
 [[ -x $agnhost_bin ]] || { log "missing $agnhost_bin (tests/cluster/build.sh)"; exit 1; }
 [[ -x $regression_bin ]] || { log "missing $regression_bin (tests/cluster/build.sh)"; exit 1; }
+for b in flanneld install-conf flannel; do
+    [[ -x $flannel_dir/$b ]] || { log "missing $flannel_dir/$b (tests/cluster/build.sh)"; exit 1; }
+done
 [[ -x $kube_proxy_bin ]] || { log "missing $kube_proxy_bin (tests/peers/build.sh)"; exit 1; }
 
 # One Debian snapshot for every image of this run.
@@ -222,6 +233,32 @@ if ! fresh distroless-iptables "$key"; then
     image distroless-iptables --tag registry.k8s.io/build-image/distroless-iptables:v0.9.9 \
         "${layers[@]}"
     built distroless-iptables "$key" "$t"
+fi
+
+# --- flannel ---------------------------------------------------------------------------------
+t=$SECONDS
+debian --lower "${agent_pkgs[*]}" iproute2
+key=$(inputs_key "$flannel_dir/flanneld" "$flannel_dir/install-conf" "${layers[@]}")
+if ! fresh flannel "$key"; then
+    d=$work/flannel
+    rm -rf "$d"
+    mkdir -p "$d/opt/bin" "$d/run/flannel"
+    install -m 0755 "$flannel_dir/flanneld" "$flannel_dir/install-conf" "$d/opt/bin/"
+    "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
+        /opt/bin/flanneld --version && iptables-legacy --version && iptables-nft --version &&
+        ip -V' >&2
+    image flannel --tag ghcr.io/flannel-io/flannel:v0.28.10 --entrypoint '["/opt/bin/flanneld"]' \
+        "${layers[@]}" "$d"
+    built flannel "$key" "$t"
+fi
+key=$(inputs_key "$flannel_dir/flannel" "${agn_layers[0]}")
+if ! fresh flannel-cni-plugin "$key"; then
+    d=$work/flannel-cni-plugin
+    rm -rf "$d"
+    mkdir -p "$d"
+    install -m 0755 "$flannel_dir/flannel" "$d/flannel"
+    image flannel-cni-plugin --tag localhost/flannel-cni-plugin:v0.9.1 "${agn_layers[0]}" "$d"
+    built flannel-cni-plugin "$key" "$t"
 fi
 
 # --- the agent -------------------------------------------------------------------------------

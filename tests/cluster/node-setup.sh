@@ -9,9 +9,10 @@
 #       --persist also writes them to /etc/modules-load.d and /etc/sysctl.d (a systemd
 #       machine that reboots); without it they are set for this boot only (the lab VM).
 #   node-setup.sh containerd-config --cgroup-driver systemd|cgroupfs [--runc PATH]
-#                 [--cni-bin DIR] [--sandbox-image IMAGE] [--no-pivot-root]
+#                 [--cni-bin DIR]... [--sandbox-image IMAGE] [--no-pivot-root]
 #       prints containerd 2.x's configuration (version 3) for kubelet's CRI: runc with the
-#       cgroup driver kubelet uses, the CNI directories, and the lab's extras (runc's path,
+#       cgroup driver kubelet uses, the CNI directories (each --cni-bin in order; default
+#       /opt/cni/bin), and the lab's extras (runc's path,
 #       the pause image the lab builds, and NoPivotRoot: pivot_root(2) fails on the lab's
 #       initramfs root; a real node leaves it off).
 set -euo pipefail
@@ -39,12 +40,12 @@ kernel() {
 }
 
 containerd_config() {
-    local driver='' runc='' cni_bin=/opt/cni/bin sandbox='' no_pivot=false
+    local driver='' runc='' sandbox='' no_pivot=false cni_bins=()
     while [[ $# -gt 0 ]]; do
         case $1 in
             --cgroup-driver) driver=$2; shift 2 ;;
             --runc) runc=$2; shift 2 ;;
-            --cni-bin) cni_bin=$2; shift 2 ;;
+            --cni-bin) cni_bins+=("\"$2\""); shift 2 ;;
             --sandbox-image) sandbox=$2; shift 2 ;;
             --no-pivot-root) no_pivot=true; shift ;;
             *) echo "node-setup: unknown option $1" >&2; exit 2 ;;
@@ -74,9 +75,12 @@ EOF
         NoPivotRoot = $no_pivot
 EOF
     if [[ -n "$runc" ]]; then printf '        BinaryName = "%s"\n' "$runc"; fi
+    [[ ${#cni_bins[@]} -gt 0 ]] || cni_bins=('"/opt/cni/bin"')
+    local dirs
+    dirs=$(IFS=,; echo "${cni_bins[*]}")
     cat <<EOF
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["$cni_bin"]
+    bin_dirs = [${dirs//,/, }]
     conf_dir = "/etc/cni/net.d"
 EOF
 }

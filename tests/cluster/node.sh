@@ -2,8 +2,9 @@
 # One node of the lab cluster, run as the lab VM's payload (`lab run --tap ...`): makes the
 # VM a Kubernetes node (cgroup2, the mounts kubelet and containerd need on an initramfs
 # root, the node's address on the shared bridge, routes to the other nodes' pods), starts
-# containerd 2.x with runc and the CNI bridge plugin on the image store built on the host, and
-# starts kubelet against the API server on the host. Then it stays up until the host ends
+# containerd 2.x with runc and the CNI bridge plugin (or, with flannel, the directory its
+# DaemonSet fills) on the image store built on the host, and starts kubelet against the API
+# server on the host. Then it stays up until the host ends
 # the VM, printing one line per state change (the serial console is slow: no logs here).
 #
 # The kernel set-up and containerd's configuration are tests/cluster/node-setup.sh's, which
@@ -13,7 +14,9 @@
 #
 #   NAME              the node's name (kubelet --hostname-override)
 #   IP                its address on the lab bridge (a /24 whose .1 is the host)
-#   POD_SUBNET        this node's pods, e.g. 10.244.1.0/24
+#   POD_SUBNET        this node's pods, e.g. 10.244.1.0/24, for the bridge plugin; or
+#                     `flannel`: flannel's DaemonSet writes the CNI configuration and copies
+#                     its plugin to /opt/cni/bin, and routes the other nodes' pods (VXLAN)
 #   BIN_DIR           kubelet, containerd, containerd-shim-runc-v2, ctr, runc, CNI plugins
 #   CONF_DIR          kubelet.conf (kubeconfig), kubelet-config.yaml, ca.crt, and
 #                     node-store.tar (containerd's store, filled by tests/cluster/node-store.sh)
@@ -42,7 +45,7 @@ for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/log/pods /etc
     mkdir -p "$d"
     mount -t tmpfs tmpfs "$d"
 done
-mkdir -p /etc/containerd /opt/cni /var/log
+mkdir -p /etc/containerd /opt/cni/bin /var/log
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >/etc/machine-id
 hostname "$name"
 printf '127.0.0.1 localhost\n%s %s\n' "$ip" "$name" >/etc/hosts
@@ -61,10 +64,12 @@ for r in "$@"; do
 done
 
 # --- containerd ----------------------------------------------------------------------------
+cni_bins=(--cni-bin "$bin")
+[[ $pod_subnet != flannel ]] || cni_bins+=(--cni-bin /opt/cni/bin)
 bash "$here/node-setup.sh" containerd-config --cgroup-driver cgroupfs --runc "$bin/runc" \
-    --cni-bin "$bin" --sandbox-image registry.k8s.io/pause:3.10.2 --no-pivot-root \
+    "${cni_bins[@]}" --sandbox-image registry.k8s.io/pause:3.10.2 --no-pivot-root \
     >/etc/containerd/config.toml
-cat >/etc/cni/net.d/10-lab.conflist <<EOF
+[[ $pod_subnet == flannel ]] || cat >/etc/cni/net.d/10-lab.conflist <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "lab",

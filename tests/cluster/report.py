@@ -34,8 +34,10 @@ import xml.etree.ElementTree as ET
 
 SUITE_NODES = ("[SynchronizedBeforeSuite]", "[SynchronizedAfterSuite]", "[BeforeSuite]",
                "[AfterSuite]", "[ReportAfterSuite]", "[ReportBeforeSuite]")
-# What must be equal in every merged record: the reference's build and the cluster's size.
-SAME = ("kube_proxy_image", "agnhost_image", "nodes")
+# What must be equal in every merged record: the reference's build and the cluster's size
+# and CNI (records from before run.sh's --cni ran on the bridge).
+SAME = ("kube_proxy_image", "agnhost_image", "nodes", "cni")
+DEFAULTS = {"cni": "bridge"}
 # What must be equal in every agent record and the swap: the agent's build.
 SAME_AGENT = ("agent_commit", "agent_image")
 PROXIES = ("kube-proxy", "agent")
@@ -109,10 +111,12 @@ def cell(result):
 
 def refuse(what, run, ref_path, ref, keys):
     """Exit 2 when `run` differs from the reference run `ref` (of `ref_path`) in `keys`."""
-    diff = [k for k in keys if run.get(k) != ref.get(k)]
+    def get(r, k):
+        return r.get(k, DEFAULTS.get(k))
+    diff = [k for k in keys if get(run, k) != get(ref, k)]
     if diff:
         print(f"report: {what} ran another build than {ref_path}: "
-              + ", ".join(f"{k} {run.get(k)} != {ref.get(k)}" for k in diff), file=sys.stderr)
+              + ", ".join(f"{k} {get(run, k)} != {get(ref, k)}" for k in diff), file=sys.stderr)
         sys.exit(2)
 
 

@@ -2,8 +2,8 @@
 # A real Kubernetes cluster in the lab, and Kubernetes' own e2e tests run against its service
 # proxy. The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 # CoreDNS) runs on the host at full speed; each node is a lab VM (tests/cluster/node.sh:
-# containerd 2.x, runc, the CNI bridge plugin, kubelet) on a host bridge that the API server
-# reaches (exec, logs and port-forward go through each kubelet's port 10250). Every program
+# containerd 2.x, runc, the CNI bridge plugin or flannel, kubelet) on a host bridge that the
+# API server reaches (exec, logs and port-forward go through each kubelet's port 10250). Every program
 # is built from its pinned Go module (tests/cluster/build.sh, tests/peers/build.sh) and every
 # image locally (tests/cluster/images.sh): nothing is pulled.
 #
@@ -14,10 +14,14 @@
 #   --proxy kube-proxy  upstream kube-proxy v1.37.2 in IPVS mode as kubeadm runs it
 #                       (tests/cluster/kube-proxy.yaml)
 #
-#   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--focus RE] [--skip RE]
-#                        [--out DIR] [--keep] [--keep-failed] [--swap] [--no-e2e] [--procs N]
-#                        [--slot N]
+#   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--cni bridge|flannel]
+#                        [--focus RE] [--skip RE] [--out DIR] [--keep] [--keep-failed] [--swap]
+#                        [--no-e2e] [--procs N] [--slot N]
 #
+#   --cni           bridge (default): the CNI bridge plugin, each node's pods on a /24 set by
+#                   this script and routed by static routes on the nodes; flannel: flannel
+#                   v0.28.10 as kube-flannel.yml deploys it (tests/cluster/flannel/manifest.sh),
+#                   VXLAN, the /24s allocated by kube-controller-manager
 #   --focus/--skip  ginkgo regular expressions (default: every shard of tests/cluster/shards.txt,
 #                   and tests/cluster/skip.txt)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY),
@@ -41,7 +45,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
+proxy=agent nodes=2 cni=bridge focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -55,12 +59,14 @@ while [[ $# -gt 0 ]]; do
         --no-e2e) e2e=0; shift ;;
         --procs) procs=$2; shift 2 ;;
         --slot) slot=$2; shift 2 ;;
-        -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+        --cni) cni=$2; shift 2 ;;
+        -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
 case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
+case $cni in bridge | flannel) ;; *) echo "cluster: --cni is bridge or flannel" >&2; exit 2 ;; esac
 case $slot in [0-9]) ;; *) echo "cluster: --slot is 0 to 9" >&2; exit 2 ;; esac
 if [[ $swap == 1 && $proxy != kube-proxy ]]; then
     echo "cluster: --swap starts from kube-proxy: add --proxy kube-proxy" >&2; exit 2
@@ -93,7 +99,7 @@ cargo run --quiet -p lab -- image >/dev/null
 kubectl() { "$peers/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
 
 run=$root/target/cluster/run${suffix:+-$suffix}
-pids=() vms=()
+pids=() vms=() host_routes=()
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     local rc=$?
@@ -114,10 +120,8 @@ cleanup() {
     done
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    for i in $(seq "$nodes"); do
-        ip route del "$pods.$i.0/24" 2>/dev/null
-        ip link del "$bridge-n$i" 2>/dev/null
-    done
+    for r in "${host_routes[@]}"; do ip route del "$r" 2>/dev/null; done
+    for i in $(seq "$nodes"); do ip link del "$bridge-n$i" 2>/dev/null; done
     ip link del "$bridge" 2>/dev/null
     cp "$run"/*.log "$out/" 2>/dev/null
     say "down (exit $rc)"
@@ -182,6 +186,10 @@ for _ in $(seq 120); do
 done
 kubectl get --raw /readyz >/dev/null
 say "API server ready at https://$api_ip:6443"
+# With flannel, each node's /24 is the one kube-controller-manager gives it (flannel's
+# --kube-subnet-mgr reads the Node's podCIDR), as kubeadm's --pod-network-cidr has it do.
+cidr_allocation=(--allocate-node-cidrs=false)
+[[ $cni == bridge ]] || cidr_allocation=(--allocate-node-cidrs=true --node-cidr-mask-size=24)
 "$bins/kube-controller-manager" --kubeconfig="$p/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$p/controller-manager.kubeconfig" \
     --authorization-kubeconfig="$p/controller-manager.kubeconfig" \
@@ -189,7 +197,7 @@ say "API server ready at https://$api_ip:6443"
     --use-service-account-credentials=true --service-account-private-key-file="$p/sa.key" \
     --root-ca-file="$p/ca.crt" --cluster-signing-cert-file="$p/ca.crt" \
     --cluster-signing-key-file="$p/ca.key" --service-cluster-ip-range="$service_cidr" \
-    --cluster-cidr="$pod_cidr" --allocate-node-cidrs=false \
+    --cluster-cidr="$pod_cidr" "${cidr_allocation[@]}" \
     >"$run/kube-controller-manager.log" 2>&1 &
 pids+=($!)
 "$bins/kube-scheduler" --kubeconfig="$p/scheduler.kubeconfig" \
@@ -230,23 +238,29 @@ boot_node() {
     cp "$p/node-$name.kubeconfig" "$c/kubelet.conf"
     sed "s|CA_FILE|$c/ca.crt|; s|DNS_IP|$dns_ip|" "$here/kubelet-config.yaml" >"$c/kubelet-config.yaml"
     ln -f "$store" "$c/node-store.tar" 2>/dev/null || cp "$store" "$c/node-store.tar"
-    routes=()
-    for j in $(seq "$nodes"); do
-        [[ $j == "$i" ]] || routes+=("$pods.$j.0/24=$net.1$j")
-    done
+    routes=() subnet=flannel
+    if [[ $cni == bridge ]]; then
+        subnet=$pods.$i.0/24
+        for j in $(seq "$nodes"); do
+            [[ $j == "$i" ]] || routes+=("$pods.$j.0/24=$net.1$j")
+        done
+    fi
     args=(run --machine pc --smp 2 --memory 3072 --timeout 14400
         --tap "$bridge-n$i" --mac "52:54:00:12:3$slot:1$i" --file "$here/node.sh" --file "$here/node-setup.sh")
     for f in "$c"/*; do args+=(--file "$f"); done
     for b in kubelet containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap; do
         args+=(--exe "$bins/bin/$b")
     done
-    "$lab" "${args[@]}" -- bash "$here/node.sh" "$name" "$net.1$i" "$pods.$i.0/24" \
+    "$lab" "${args[@]}" -- bash "$here/node.sh" "$name" "$net.1$i" "$subnet" \
         "$bins/bin" "$c" "${routes[@]}" >>"$run/$name.log" 2>&1 &
     pids+=($!)
     vms[i - 1]=$!
 }
 for i in $(seq "$nodes"); do
-    ip route add "$pods.$i.0/24" via "$net.1$i"
+    if [[ $cni == bridge ]]; then
+        ip route add "$pods.$i.0/24" via "$net.1$i"
+        host_routes+=("$pods.$i.0/24")
+    fi
     boot_node "$i"
 done
 say "booting ${nodes} node VM(s)"
@@ -254,8 +268,15 @@ say "booting ${nodes} node VM(s)"
 # run` ends the VM for: seen under TCG with Debian's 6.1 kernel, in the first minutes, on
 # either proxy's run) boots once more; any other stop, or a second lock-up, ends the run.
 rebooted=()
+# wait_nodes registered|ready: until every node is (booting a locked-up VM again).
+wait_nodes() {
+local i
 for _ in $(seq 900); do
-    ready=$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)
+    if [[ $1 == registered ]]; then
+        ready=$(kubectl get nodes -o name 2>/dev/null | grep -c . || true)
+    else
+        ready=$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)
+    fi
     [[ $ready == "$nodes" ]] && break
     for i in $(seq "$nodes"); do
         kill -0 "${vms[i - 1]}" 2>/dev/null && continue
@@ -272,18 +293,12 @@ for _ in $(seq 900); do
     done
     sleep 2
 done
-[[ ${#rebooted[@]} == 0 ]] || echo "node VMs booted twice after a lock-up: ${rebooted[*]}" >"$out/node-reboots.txt"
 if [[ $ready != "$nodes" ]]; then
-    say "only $ready of $nodes nodes became Ready"; tail -n 20 "$run"/node-*.log >&2; exit 1
+    say "only $ready of $nodes nodes became $1"; tail -n 20 "$run"/node-*.log >&2; exit 1
 fi
-say "$nodes node(s) Ready"
-# A zone per node, as a cloud's nodes have: the Topology Hints and Traffic Distribution tests
-# need endpoints in more than one zone.
-for i in $(seq "$nodes"); do
-    kubectl label --overwrite node "node-$i" "topology.kubernetes.io/zone=zone-$i" >/dev/null
-done
-
-# --- the service proxy, as an operator installs it ---------------------------------------
+}
+# install_proxy: the service proxy, as an operator installs it.
+install_proxy() {
 case $proxy in
     agent)
         # Through the chart (deploy/chart, whose default rendering is deploy/*.yaml), as an
@@ -300,6 +315,42 @@ case $proxy in
         ds=kube-proxy
         ;;
 esac
+}
+if [[ $cni == flannel ]]; then
+    # flannel reaches the API server through the kubernetes Service, which only the proxy
+    # makes answer, and a node is Ready only once flannel wrote its CNI configuration: the
+    # proxy goes first, on the registered (not yet Ready) nodes, as on a kubeadm cluster.
+    wait_nodes registered
+    say "$nodes node(s) registered"
+    install_proxy
+    bash "$here/flannel/manifest.sh" "$pod_cidr" | kubectl apply -f - >/dev/null
+    if ! kubectl -n kube-flannel rollout status daemonset/kube-flannel-ds --timeout=900s >&2; then
+        kubectl get pods -A -o wide >&2
+        kubectl -n kube-flannel describe pods >&2 || true
+        kubectl -n kube-flannel logs -l app=flannel --all-containers --tail=30 >&2 || true
+        exit 1
+    fi
+    say "flannel Ready on every node"
+    wait_nodes ready
+    # The host (the control plane, e2e.test) reaches each node's pods through the node.
+    for i in $(seq "$nodes"); do
+        cidr=$(kubectl get node "node-$i" -o jsonpath='{.spec.podCIDR}')
+        ip route add "$cidr" via "$net.1$i"
+        host_routes+=("$cidr")
+    done
+else
+    wait_nodes ready
+fi
+[[ ${#rebooted[@]} == 0 ]] || echo "node VMs booted twice after a lock-up: ${rebooted[*]}" >"$out/node-reboots.txt"
+say "$nodes node(s) Ready"
+# A zone per node, as a cloud's nodes have: the Topology Hints and Traffic Distribution tests
+# need endpoints in more than one zone.
+for i in $(seq "$nodes"); do
+    kubectl label --overwrite node "node-$i" "topology.kubernetes.io/zone=zone-$i" >/dev/null
+done
+
+# --- the service proxy, as an operator installs it ---------------------------------------
+[[ $cni == flannel ]] || install_proxy
 if ! kubectl -n kube-system rollout status "daemonset/$ds" --timeout=600s >&2; then
     kubectl -n kube-system get pods -o wide >&2
     kubectl -n kube-system describe pods >&2 || true
@@ -335,7 +386,7 @@ git diff --quiet HEAD -- crates deploy tests/cluster Cargo.toml Cargo.lock ':(ex
     commit="$commit+local-changes"
 agent_commit=$(bash "$here/agent-commit.sh")
 record() { # STARTED FINISHED EXIT [FILE]: run.json (or FILE)
-    RUN_PROXY=$proxy RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
+    RUN_PROXY=$proxy RUN_CNI=$cni RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
         RUN_SKIP=$skip RUN_STARTED=$1 RUN_FINISHED=$2 RUN_EXIT=$3 \
         RUN_AGENT_IMAGE=$(image_id kube-proxy-ipvs) RUN_KUBE_PROXY_IMAGE=$(image_id kube-proxy) \
         RUN_AGNHOST_IMAGE=$(image_id agnhost) \
@@ -443,6 +494,11 @@ mkdir -p "$out/proxy-logs"
 for pod in $(kubectl -n kube-system get pods -o name 2>/dev/null); do
     kubectl -n kube-system logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
 done
+if [[ $cni == flannel ]]; then
+    for pod in $(kubectl -n kube-flannel get pods -o name 2>/dev/null); do
+        kubectl -n kube-flannel logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
+    done
+fi
 if [[ $swap == 1 ]]; then
     # The same load in every phase: nothing runs beside the swap's clients.
     cargo build --quiet -p kube-proxy-ipvs-agent

@@ -107,6 +107,15 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("kube_proxy_image", err)
 
+    def test_records_of_another_cni_are_refused_and_old_ones_ran_the_bridge(self):
+        rc, _, _ = self.page(self.record("kube-proxy", b_failed=False),
+                             self.record("agent", b_failed=False, cni="bridge"))
+        self.assertEqual(rc, 0)
+        rc, _, err = self.page(self.record("kube-proxy", b_failed=False, shard="svc2"),
+                               self.record("agent", b_failed=False, shard="svc2", cni="flannel"))
+        self.assertEqual(rc, 2)
+        self.assertIn("cni flannel != bridge", err)
+
     def test_a_reference_from_another_agent_build_is_kept_and_named(self):
         rc, text, _ = self.page(self.record("kube-proxy", b_failed=False,
                                             agent_commit="b" * 40,
