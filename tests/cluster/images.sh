@@ -30,13 +30,14 @@
 #   distroless-iptables.tar  registry.k8s.io/build-image/distroless-iptables:v0.9.9:
 #                        kube-proxy's Debian tree without kube-proxy (iptables, conntrack,
 #                        a shell), where e2e tests run commands on a node
-#   flannel.tar          ghcr.io/flannel-io/flannel:v0.28.10: flanneld and install-conf in
+#   flannel/flannel.tar  ghcr.io/flannel-io/flannel:v0.28.10: flanneld and install-conf in
 #                        /opt/bin (tests/cluster/build.sh), entrypoint flanneld, with what it
 #                        execs: iptables (legacy and nft), iproute2 (upstream's is Alpine)
-#   flannel-cni-plugin.tar  localhost/flannel-cni-plugin:v0.9.1: /flannel, the CNI plugin that
+#   flannel/flannel-cni-plugin.tar  localhost/flannel-cni-plugin:v0.9.1: /flannel, the CNI plugin that
 #                        flannel's DaemonSet copies to the node's /opt/cni/bin, on the lowest
 #                        Debian layer (its cp); not upstream's flannel-cni-plugin, which is
 #                        built from flannel-io/cni-plugin, a module not served here
+#                        (both in flannel/: only run.sh's --cni flannel puts them on the nodes)
 #   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
 #                        (BUILDER=rootfs unless BUILDER says otherwise)
 #
@@ -57,7 +58,7 @@ agnhost_bin=$root/target/cluster/agnhost
 flannel_dir=$root/target/cluster/flannel
 kube_proxy_bin=$root/target/peers/kube-proxy
 regression_bin=$root/target/cluster/regression-issue-74839
-mkdir -p "$out" "$work"
+mkdir -p "$out/flannel" "$work/flannel"
 log() { echo "images: $*" >&2; }
 case ${1:-} in -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;; esac
 
@@ -239,26 +240,26 @@ fi
 t=$SECONDS
 debian --lower "${agent_pkgs[*]}" iproute2
 key=$(inputs_key "$flannel_dir/flanneld" "$flannel_dir/install-conf" "${layers[@]}")
-if ! fresh flannel "$key"; then
-    d=$work/flannel
+if ! fresh flannel/flannel "$key"; then
+    d=$work/flannel-tree
     rm -rf "$d"
     mkdir -p "$d/opt/bin" "$d/run/flannel"
     install -m 0755 "$flannel_dir/flanneld" "$flannel_dir/install-conf" "$d/opt/bin/"
     "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
         /opt/bin/flanneld --version && iptables-legacy --version && iptables-nft --version &&
         ip -V' >&2
-    image flannel --tag ghcr.io/flannel-io/flannel:v0.28.10 --entrypoint '["/opt/bin/flanneld"]' \
+    image flannel/flannel --tag ghcr.io/flannel-io/flannel:v0.28.10 --entrypoint '["/opt/bin/flanneld"]' \
         "${layers[@]}" "$d"
-    built flannel "$key" "$t"
+    built flannel/flannel "$key" "$t"
 fi
 key=$(inputs_key "$flannel_dir/flannel" "${agn_layers[0]}")
-if ! fresh flannel-cni-plugin "$key"; then
-    d=$work/flannel-cni-plugin
+if ! fresh flannel/flannel-cni-plugin "$key"; then
+    d=$work/flannel-cni-plugin-tree
     rm -rf "$d"
     mkdir -p "$d"
     install -m 0755 "$flannel_dir/flannel" "$d/flannel"
-    image flannel-cni-plugin --tag localhost/flannel-cni-plugin:v0.9.1 "${agn_layers[0]}" "$d"
-    built flannel-cni-plugin "$key" "$t"
+    image flannel/flannel-cni-plugin --tag localhost/flannel-cni-plugin:v0.9.1 "${agn_layers[0]}" "$d"
+    built flannel/flannel-cni-plugin "$key" "$t"
 fi
 
 # --- the agent -------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ if ! fresh kube-proxy-ipvs "$key"; then
     built kube-proxy-ipvs "$key" "$t"
 fi
 
-for f in "$out"/*.tar; do
+for f in "$out"/*.tar "$out"/flannel/*.tar; do
     log "$(du -h "$f" | cut -f1)	$(basename "$f")"
 done
 echo "$out"

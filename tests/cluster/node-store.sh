@@ -8,12 +8,14 @@
 # finished store is the kernel copying memory. The images are the same bytes either way.
 # Cached: rebuilt only when the image tarballs change. Prints the tarball's path.
 #
-#   node-store.sh IMAGES_DIR CONTAINERD_BIN_DIR
+#   node-store.sh IMAGES_DIR CONTAINERD_BIN_DIR [MORE_IMAGES_DIR...]
 set -euo pipefail
 images=$(cd "$1" && pwd) bin=$(cd "$2" && pwd)
+tars=("$images"/*.tar)
+for d in "${@:3}"; do tars+=("$(cd "$d" && pwd)"/*.tar); done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$root/target/cluster/node-store.tar
-stamp=$( (ls -l --time-style=+%s "$images"/*.tar; cat "$0") | sha256sum | cut -c1-16)
+stamp=$( (ls -l --time-style=+%s "${tars[@]}"; cat "$0") | sha256sum | cut -c1-16)
 if [[ -f "$out" && -f "$out.stamp" && "$(cat "$out.stamp")" == "$stamp" ]]; then
     echo "cluster: node image store cached ($stamp)" >&2
     echo "$out"
@@ -40,7 +42,7 @@ trap stop EXIT
 trap 'exit 1' INT TERM HUP
 ctr() { "$bin/ctr" -a "$work/state/containerd.sock" -n k8s.io "$@"; }
 for _ in $(seq 100); do ctr version >/dev/null 2>&1 && break; sleep 0.1; done
-for image in "$images"/*.tar; do
+for image in "${tars[@]}"; do
     # (ctr warns that this host's cgroup v1 is deprecated: not the nodes' concern)
     ctr images import --snapshotter overlayfs "$image" >/dev/null 2>import.log ||
         { cat import.log >&2; exit 1; }

@@ -90,7 +90,9 @@ for i in $(seq "$nodes"); do node_names+=("node-$i"); done
 bins=$(bash "$here/build.sh" | tail -1)
 peers=$(bash tests/peers/build.sh | tail -1)
 images=${CLUSTER_IMAGES:-$(bash "$here/images.sh" | tail -1)}
-store=$(bash "$here/node-store.sh" "$images" "$bins/bin" | tail -1)
+more_images=()
+[[ $cni == bridge ]] || more_images+=("$images/$cni")
+store=$(bash "$here/node-store.sh" "$images" "$bins/bin" "${more_images[@]}" | tail -1)
 cargo build --quiet -p lab
 lab=$root/target/debug/lab
 # helm from its Go module (deploy/render.sh builds it once): the agent goes in through the chart.
