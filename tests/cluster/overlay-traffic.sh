@@ -4,7 +4,8 @@
 # node-2, an ordinary pod and a host-network pod (as kubelet and node agents are: the case of
 # kubernetes#90084 and flannel#1243). Each client asks, TRIES times: the Service's TCP and UDP
 # ports through its ClusterIP (UDP across VXLAN: flannel#1266's checksums), the server's pod
-# IP (the overlay alone, the control), and kube-dns for the Service's name over UDP and TCP.
+# IP (the overlay alone, the control), and kube-dns for the Service's name over UDP and TCP,
+# once the proxy has programmed the Service (each client's first answer through it).
 # Writes each answer to OUT/overlay.txt; exits 1 when any is wrong, naming it.
 #
 #   overlay-traffic.sh KUBECTL KUBECONFIG OUT [TRIES=5]
@@ -62,6 +63,20 @@ cluster_ip=$(k -n "$ns" get service server -o jsonpath='{.spec.clusterIP}')
 pod_ip=$(k -n "$ns" get pod server -o jsonpath='{.status.podIP}')
 dns=$(k -n kube-system get service kube-dns -o jsonpath='{.spec.clusterIP}')
 name=server.$ns.svc.cluster.local
+# The proxy programs the new Service on its own time (kube-proxy's syncs exec ipset and
+# iptables, slow under emulation): the checks start once each client got one answer through
+# the ClusterIP over TCP and UDP, or after 120 s; that wait is programming latency, not the
+# overlay's, and is logged.
+for client in pod-client host-client; do
+    for s in $(seq 0 120); do
+        if [[ $(k -n "$ns" exec "$client" -- curl -s -m 2 "http://$cluster_ip/hostname" 2>/dev/null) == server &&
+            $(k -n "$ns" exec "$client" -- sh -c "echo hostname | nc -u -w 2 $cluster_ip 81" 2>/dev/null) == server ]]; then
+            break
+        fi
+        sleep 1
+    done
+    echo "$client: the ClusterIP answered after about $s s" >>"$log"
+done
 wrong=()
 # check CLIENT WHAT WANT COMMAND: one answer, logged; a wrong one is counted.
 check() {
