@@ -243,7 +243,7 @@ key=$(inputs_key "$flannel_dir/flanneld" "$flannel_dir/install-conf" "${layers[@
 if ! fresh flannel/flannel "$key"; then
     d=$work/flannel-tree
     rm -rf "$d"
-    mkdir -p "$d/opt/bin" "$d/run/flannel"
+    mkdir -p "$d/opt/bin"
     install -m 0755 "$flannel_dir/flanneld" "$flannel_dir/install-conf" "$d/opt/bin/"
     "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
         /opt/bin/flanneld --version && iptables-legacy --version && iptables-nft --version &&

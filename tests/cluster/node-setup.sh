@@ -45,7 +45,7 @@ containerd_config() {
         case $1 in
             --cgroup-driver) driver=$2; shift 2 ;;
             --runc) runc=$2; shift 2 ;;
-            --cni-bin) cni_bins+=("\"$2\""); shift 2 ;;
+            --cni-bin) cni_bins+=("$2"); shift 2 ;;
             --sandbox-image) sandbox=$2; shift 2 ;;
             --no-pivot-root) no_pivot=true; shift ;;
             *) echo "node-setup: unknown option $1" >&2; exit 2 ;;
@@ -75,12 +75,12 @@ EOF
         NoPivotRoot = $no_pivot
 EOF
     if [[ -n "$runc" ]]; then printf '        BinaryName = "%s"\n' "$runc"; fi
-    [[ ${#cni_bins[@]} -gt 0 ]] || cni_bins=('"/opt/cni/bin"')
+    [[ ${#cni_bins[@]} -gt 0 ]] || cni_bins=(/opt/cni/bin)
     local dirs
-    dirs=$(IFS=,; echo "${cni_bins[*]}")
+    dirs=$(printf '"%s", ' "${cni_bins[@]}")
     cat <<EOF
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [${dirs//,/, }]
+    bin_dirs = [${dirs%, }]
     conf_dir = "/etc/cni/net.d"
 EOF
 }

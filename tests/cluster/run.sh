@@ -335,16 +335,14 @@ if [[ $cni == flannel ]]; then
         exit 1
     fi
     say "flannel Ready on every node"
-    wait_nodes ready
     # The host (the control plane, e2e.test) reaches each node's pods through the node.
     for i in $(seq "$nodes"); do
         cidr=$(kubectl get node "node-$i" -o jsonpath='{.spec.podCIDR}')
         ip route add "$cidr" via "$net.1$i"
         host_routes+=("$cidr")
     done
-else
-    wait_nodes ready
 fi
+wait_nodes ready
 [[ ${#rebooted[@]} == 0 ]] || echo "node VMs booted twice after a lock-up: ${rebooted[*]}" >"$out/node-reboots.txt"
 say "$nodes node(s) Ready"
 # A zone per node, as a cloud's nodes have: the Topology Hints and Traffic Distribution tests
@@ -500,14 +498,13 @@ fi
 # The service proxy's own account of the run, before the cluster goes: its pods' logs (kube-system
 # holds nothing else: CoreDNS runs on the host).
 mkdir -p "$out/proxy-logs"
-for pod in $(kubectl -n kube-system get pods -o name 2>/dev/null); do
-    kubectl -n kube-system logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
-done
-if [[ $cni == flannel ]]; then
-    for pod in $(kubectl -n kube-flannel get pods -o name 2>/dev/null); do
-        kubectl -n kube-flannel logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
+log_namespaces=(kube-system)
+[[ $cni != flannel ]] || log_namespaces+=(kube-flannel)
+for ns in "${log_namespaces[@]}"; do
+    for pod in $(kubectl -n "$ns" get pods -o name 2>/dev/null); do
+        kubectl -n "$ns" logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
     done
-fi
+done
 if [[ $swap == 1 ]]; then
     # The same load in every phase: nothing runs beside the swap's clients.
     cargo build --quiet -p kube-proxy-ipvs-agent
