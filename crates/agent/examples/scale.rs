@@ -965,7 +965,7 @@ static ROUTE: AtomicBool = AtomicBool::new(false);
 /// One agent run in a fresh namespace; prints one `RESULT key=value...` line.
 fn agent_child(n: usize, changes: usize) {
     // As the agent's own main does, before any thread.
-    kube_proxy_ipvs_agent::allocator::one_arena();
+    kube_proxy_ipvs_agent::allocator::configure();
     if std::env::var_os("SCALE_PASSES").is_some() {
         HEAP_COUNTING.store(true, Ordering::Relaxed);
     }

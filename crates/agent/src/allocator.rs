@@ -1,5 +1,6 @@
-//! glibc's allocator set for a long-lived agent: one arena for every thread, freed pages
-//! given back after full syncs ([`give_back`]), and its count of the heap ([`heap_in_use`]).
+//! glibc's allocator set for a long-lived agent: one arena for every thread and a fixed mmap
+//! threshold ([`configure`]), freed pages given back after full syncs ([`give_back`]), and
+//! its count of the heap ([`heap_in_use`]).
 //!
 //! glibc gives a thread that meets contention an arena of its own (up to eight per core), and
 //! memory freed in an arena serves only that arena's later allocations. The agent's work
@@ -7,21 +8,48 @@
 //! so each arena grew to a peak of its own: beside the real API server at 10,000 Services the
 //! agent's peak RSS was 112-114 MiB with glibc's default and 93 MiB with one arena, its syncs
 //! no slower (BENCHMARKS.md, "Open targets", memory). jemalloc and mimalloc as the global
-//! allocator held more (137 and 122 MiB). No crate wraps `mallopt`, hence the call here.
+//! allocator held more (137 and 122 MiB). No crate wraps `mallopt`, hence the calls here.
 
-/// Makes glibc's `malloc` use one arena for all threads. Call it first in `main`, before any
-/// thread starts. Returns whether the allocator took the setting (always false off glibc).
+/// Blocks of this size and more get mappings of their own, whatever was freed before: glibc's
+/// starting threshold, which it otherwise raises to the size of each mapped block freed (up to
+/// 32 MiB). Past that, a full sync's large buffers came from the heap, and the small objects
+/// that live on (the churn's Services and slices) were carved out of their holes: an hour's
+/// soak spread them over 1.4 MiB more pages with the bytes in use flat, pages `malloc_trim`
+/// cannot give back while one object holds them.
+pub const MMAP_THRESHOLD: usize = 128 << 10;
+
+/// What [`configure`] made glibc take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Configured {
+    /// One arena for all threads (`M_ARENA_MAX` 1).
+    pub one_arena: bool,
+    /// The mmap threshold fixed at [`MMAP_THRESHOLD`] (`M_MMAP_THRESHOLD`).
+    pub fixed_mmap_threshold: bool,
+}
+
+/// Makes glibc's `malloc` use one arena for all threads and map blocks of
+/// [`MMAP_THRESHOLD`] and more on their own. Call it first in `main`, before any thread
+/// starts. Off glibc it sets nothing and says so.
 #[allow(unsafe_code)]
-pub fn one_arena() -> bool {
+pub fn configure() -> Configured {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: `mallopt` sets an allocator parameter; it takes plain integers, touches no
         // memory of ours, and is safe to call at any time (glibc locks its arenas for it).
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 }
+        unsafe {
+            Configured {
+                one_arena: libc::mallopt(libc::M_ARENA_MAX, 1) == 1,
+                fixed_mmap_threshold: libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as i32)
+                    == 1,
+            }
+        }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
-        false
+        Configured {
+            one_arena: false,
+            fixed_mmap_threshold: false,
+        }
     }
 }
 
@@ -73,8 +101,37 @@ pub fn heap_in_use() -> Option<u64> {
 mod tests {
     #[test]
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn glibc_takes_one_arena() {
-        assert!(super::one_arena());
+    fn glibc_takes_both_settings() {
+        let c = super::configure();
+        assert!(c.one_arena && c.fixed_mmap_threshold, "{c:?}");
+    }
+
+    /// Blocks glibc has mapped on their own, and the bytes they hold.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn mapped() -> (usize, usize) {
+        #[allow(unsafe_code)]
+        // SAFETY: as in `heap_in_use`.
+        let m = unsafe { libc::mallinfo2() };
+        (m.hblks, m.hblkhd)
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn a_large_block_is_mapped_on_its_own_after_one_was_freed() {
+        // Without the fixed threshold, freeing the first mapped block of 4 MiB raises glibc's
+        // threshold past 4 MiB and the second comes from the heap (hblks does not move).
+        super::configure();
+        const BLOCK: usize = 4 << 20;
+        let first = vec![1u8; BLOCK];
+        drop(std::hint::black_box(first));
+        let (blocks, bytes) = mapped();
+        let second = std::hint::black_box(vec![1u8; BLOCK]);
+        let (blocks_with, bytes_with) = mapped();
+        assert!(
+            blocks_with > blocks && bytes_with >= bytes + BLOCK,
+            "the second block was not mapped: {blocks} blocks ({bytes} B), then {blocks_with} ({bytes_with} B)"
+        );
+        drop(second);
     }
 
     /// Resident memory of this process, in bytes.

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use kube_proxy_ipvs_agent::{allocator, cli, logging, run};
 
 fn main() -> ExitCode {
-    // Before any thread: one arena keeps the peak of memory down (the module says why).
-    allocator::one_arena();
+    // Before any thread: one arena and a fixed mmap threshold keep memory down (the module
+    // says why).
+    allocator::configure();
     let settings = match cli::parse() {
         Ok(s) => s,
         Err(e) => {

@@ -110,6 +110,7 @@ pub struct Row {
     scenario: String,
     tried: String,
     lost: String,
+    failed: bool,
 }
 
 impl Row {
@@ -131,7 +132,14 @@ impl Row {
             scenario: scenario.into(),
             tried: String::new(),
             lost: "-".into(),
+            failed: false,
         }
+    }
+
+    /// Marks the row FAILED whatever the test does next: a test with two rows judges each on
+    /// its own, then asserts. A row is also FAILED when it is dropped while the test panics.
+    pub fn fail(&mut self) {
+        self.failed = true;
     }
 
     /// Says what was tried (e.g. "20 kills of a cold sync of 10000 Services").
@@ -142,6 +150,15 @@ impl Row {
     /// Says what was lost (e.g. "0 of 4812 connections"); "-" until set.
     pub fn lost(&mut self, what: impl Into<String>) {
         self.lost = what.into();
+    }
+
+    /// FAILED once [`Row::fail`] was called or while the thread panics, else pass.
+    fn verdict(&self) -> &'static str {
+        if self.failed || std::thread::panicking() {
+            "FAILED"
+        } else {
+            "pass"
+        }
     }
 
     /// The row as a Markdown table line (`|` in cells escaped).
@@ -160,12 +177,7 @@ impl Row {
 
 impl Drop for Row {
     fn drop(&mut self) {
-        let result = if std::thread::panicking() {
-            "FAILED"
-        } else {
-            "pass"
-        };
-        let line = self.line(result);
+        let line = self.line(self.verdict());
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -409,6 +421,15 @@ mod tests {
         let mut row = Row::unlisted("drift", "a | b");
         row.tried("x\ny");
         assert_eq!(row.line("pass"), "| drift | a \\| b | x y | - | pass |\n");
+        std::mem::forget(row);
+    }
+
+    #[test]
+    fn a_row_told_it_failed_says_so_without_a_panic() {
+        let mut row = Row::unlisted("soak", "s");
+        assert_eq!(row.verdict(), "pass");
+        row.fail();
+        assert_eq!(row.verdict(), "FAILED");
         std::mem::forget(row);
     }
 
