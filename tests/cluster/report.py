@@ -4,13 +4,13 @@
     report.py record DIR --shard NAME --out FILE
         One shard's run for one proxy (run.sh's --out DIR: its junit_*.xml and run.json) as a
         record: what ran (the commit, the agent's commit, every image's ID, the focus, the
-        dates) and each test's result. Records are committed (tests/cluster/results/), so
-        that shards run on different days can be merged.
+        dates) and each test's result. Records are committed (tests/cluster/results/, and
+        results/flannel/ for flannel's), so that shards run on different days can be merged.
 
     report.py page RECORD... --shards FILE --skip-file FILE [--swap DIR] [--explain FILE]
                   [--out FILE]
-        tests/cluster/E2E.md from the records. Refuses (exit 2) records that name different
-        kube-proxy or agnhost images or node counts, agent records (and a swap: DIR holds
+        tests/cluster/E2E.md (E2E-flannel.md) from the records. Refuses (exit 2) records that
+        name different kube-proxy or agnhost images, node counts or CNIs, agent records (and a swap: DIR holds
         swap_report.py's swap.md and its run.json) that name different agent commits or
         images, a test that two shards ran, or two records of one shard and proxy. Exits 1
         when the agent fails a test that kube-proxy passes (the comparison the page exists
@@ -169,13 +169,15 @@ def page(args):
     lines = [
         "# Kubernetes' e2e tests on the lab cluster: kube-proxy (IPVS) and the agent",
         "",
-        "Written by `tests/cluster/report.py page` from the records in `tests/cluster/results/`"
+        "Written by `tests/cluster/report.py page` from the records in "
+        f"`{os.path.relpath(os.path.dirname(os.path.abspath(records[0][0])))}/`"
         " (`tests/cluster/shard.sh`; do not edit by hand).",
         "",
         (f"- The agent: commit {agent['agent_commit'][:12]}, image `{agent['agent_image']}`."
          if agent else "- The agent: no record yet."),
         f"- kube-proxy v1.37.2 (IPVS mode): image `{first['kube_proxy_image']}`; agnhost "
-        f"`{short(first['agnhost_image'])}`. {first['nodes']} nodes (lab VMs); e2e.test, "
+        f"`{short(first['agnhost_image'])}`. {first['nodes']} nodes (lab VMs), "
+        f"{first.get('cni', DEFAULTS['cni'])} CNI; e2e.test, "
         "kubelet and kube-proxy from the Kubernetes v1.37.2 module.",
         "- Harness commits of the shards: " + ", ".join(h[:12] for h in heads) + ".",
         f"- kube-proxy (IPVS): {count(kp, 'passed')} passed, {count(kp, 'failed')} failed, "
