@@ -45,6 +45,8 @@ packages=(
     libipset-dev pkg-config libclang-dev clang
     # the lab cluster (tests/cluster): runc's static seccomp, the images' Debian root (mmdebstrap)
     libseccomp-dev gcc libc6-dev mmdebstrap python3
+    # run.sh --lb metallb: the outside client asks who answers ARP (tests/cluster/lb-traffic.sh)
+    iputils-arping
     # arm64 (tests/check-arm64.sh): the cross linker, and qemu-user to run the result
     # (arch-test: mmdebstrap's check that it can; libipset-dev:arm64 below)
     gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static arch-test

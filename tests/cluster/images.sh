@@ -38,6 +38,10 @@
 #                        Debian layer (its cp); not upstream's flannel-cni-plugin, which is
 #                        built from flannel-io/cni-plugin, a module not served here
 #                        (both in flannel/: only run.sh's --cni flannel puts them on the nodes)
+#   metallb/controller.tar, metallb/speaker.tar  quay.io/metallb/controller:v0.16.1 and
+#                        quay.io/metallb/speaker:v0.16.1: /controller and /speaker (layer 2,
+#                        without FRR) on the lowest Debian layer, built only once
+#                        tests/cluster/metallb/build.sh has built them (run.sh --lb metallb)
 #   kube-proxy-ipvs.tar  localhost/kube-proxy-ipvs:dev, by deploy/build-image.sh --save
 #                        (BUILDER=rootfs unless BUILDER says otherwise)
 #
@@ -56,6 +60,7 @@ out=$root/target/cluster/images
 work=$root/target/image-cache/cluster
 agnhost_bin=$root/target/cluster/agnhost
 flannel_dir=$root/target/cluster/flannel
+metallb_dir=$root/target/cluster/metallb
 kube_proxy_bin=$root/target/peers/kube-proxy
 regression_bin=$root/target/cluster/regression-issue-74839
 mkdir -p "$out/flannel" "$work/flannel"
@@ -262,6 +267,24 @@ if ! fresh flannel/flannel-cni-plugin "$key"; then
     built flannel/flannel-cni-plugin "$key" "$t"
 fi
 
+# --- MetalLB (only once its programs are built) ----------------------------------------------
+if [[ -x $metallb_dir/controller && -x $metallb_dir/speaker ]]; then
+    mkdir -p "$out/metallb" "$work/metallb"
+    for program in controller speaker; do
+        t=$SECONDS
+        key=$(inputs_key "$metallb_dir/$program" "${agn_layers[0]}")
+        if ! fresh "metallb/$program" "$key"; then
+            d=$work/metallb-$program-tree
+            rm -rf "$d"
+            mkdir -p "$d"
+            install -m 0755 "$metallb_dir/$program" "$d/$program"
+            image "metallb/$program" --tag "quay.io/metallb/$program:v0.16.1" \
+                --entrypoint "[\"/$program\"]" "${agn_layers[0]}" "$d"
+            built "metallb/$program" "$key" "$t"
+        fi
+    done
+fi
+
 # --- the agent -------------------------------------------------------------------------------
 t=$SECONDS
 # CARGO_PROFILE=labtest (the test command): the agent the lab tests just ran, from the lab's
@@ -282,7 +305,8 @@ if ! fresh kube-proxy-ipvs "$key"; then
     built kube-proxy-ipvs "$key" "$t"
 fi
 
-for f in "$out"/*.tar "$out"/flannel/*.tar; do
+for f in "$out"/*.tar "$out"/flannel/*.tar "$out"/metallb/*.tar; do
+    [[ -f $f ]] || continue
     log "$(du -h "$f" | cut -f1)	$(basename "$f")"
 done
 echo "$out"

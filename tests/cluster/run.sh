@@ -15,7 +15,7 @@
 #                       (tests/cluster/kube-proxy.yaml)
 #
 #   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--cni bridge|flannel]
-#                        [--focus RE] [--skip RE] [--out DIR] [--keep] [--keep-failed] [--swap]
+#                        [--lb metallb [--strict-arp off]] [--focus RE] [--skip RE] [--out DIR] [--keep] [--keep-failed] [--swap]
 #                        [--no-e2e] [--procs N] [--slot N]
 #
 #   --cni           bridge (default): the CNI bridge plugin, each node's pods on a /24 set by
@@ -24,6 +24,12 @@
 #                   VXLAN, the /24s allocated by kube-controller-manager; with two nodes,
 #                   tests/cluster/overlay-traffic.sh checks pod and host-network clients
 #                   across it first (DIR/overlay.txt)
+#   --lb metallb    MetalLB v0.16.1 in layer-2 mode (tests/cluster/metallb/: built from its
+#                   module only for such a run, deployed by its own manifest), with an
+#                   IPAddressPool of NET.200-219 on the nodes' network and an L2Advertisement;
+#                   the proxy runs with strictARP, as MetalLB asks (--strict-arp off: without,
+#                   to show what strictARP is for); the API server reaches the controller's
+#                   webhook at its pod (--enable-aggregator-routing: the host runs no proxy)
 #   --focus/--skip  ginkgo regular expressions (default: every shard of tests/cluster/shards.txt,
 #                   and tests/cluster/skip.txt)
 #   --out           where the junit report and logs go (default target/cluster/out/PROXY),
@@ -47,7 +53,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 cni=bridge focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
+proxy=agent nodes=2 cni=bridge lb=none strict_arp=on focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -62,13 +68,17 @@ while [[ $# -gt 0 ]]; do
         --procs) procs=$2; shift 2 ;;
         --slot) slot=$2; shift 2 ;;
         --cni) cni=$2; shift 2 ;;
-        -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
+        --lb) lb=$2; shift 2 ;;
+        --strict-arp) strict_arp=$2; shift 2 ;;
+        -h | --help) sed -n '2,48p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
 case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
 case $cni in bridge | flannel) ;; *) echo "cluster: --cni is bridge or flannel" >&2; exit 2 ;; esac
+case $lb in none | metallb) ;; *) echo "cluster: --lb is metallb" >&2; exit 2 ;; esac
+case $strict_arp in on | off) ;; *) echo "cluster: --strict-arp is on or off" >&2; exit 2 ;; esac
 case $slot in [0-9]) ;; *) echo "cluster: --slot is 0 to 9" >&2; exit 2 ;; esac
 if [[ $swap == 1 && $proxy != kube-proxy ]]; then
     echo "cluster: --swap starts from kube-proxy: add --proxy kube-proxy" >&2; exit 2
@@ -91,9 +101,15 @@ for i in $(seq "$nodes"); do node_names+=("node-$i"); done
 
 bins=$(bash "$here/build.sh" | tail -1)
 peers=$(bash tests/peers/build.sh | tail -1)
+# MetalLB's programs before the images: images.sh makes its images once they exist.
+[[ $lb == none ]] || bash "$here/metallb/build.sh" >/dev/null
 images=${CLUSTER_IMAGES:-$(bash "$here/images.sh" | tail -1)}
 more_images=()
 [[ $cni == bridge ]] || more_images+=("$images/$cni")
+if [[ $lb == metallb ]]; then
+    [[ -f $images/metallb/speaker.tar ]] || { echo "cluster: no MetalLB images in $images" >&2; exit 1; }
+    more_images+=("$images/metallb")
+fi
 store=$(bash "$here/node-store.sh" "$images" "$bins/bin" "${more_images[@]}" | tail -1)
 cargo build --quiet -p lab
 lab=$root/target/debug/lab
@@ -164,6 +180,10 @@ for i in $(seq "$nodes"); do
 done
 
 # --- the control plane on the host ---------------------------------------------------------
+apiserver_extra=()
+# Webhooks (MetalLB's) at their pods, which the host reaches by its routes, not at their
+# ClusterIPs, which only a node's proxy serves.
+[[ $lb == none ]] || apiserver_extra+=(--enable-aggregator-routing=true)
 bash "$here/pki.sh" "$run/pki" "$api_ip" "${node_names[@]}"
 cp "$run/pki/admin.kubeconfig" "$run/admin.kubeconfig"
 p=$run/pki
@@ -182,7 +202,7 @@ pids+=($!)
     --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
     --service-cluster-ip-range="$service_cidr" --service-node-port-range=30000-32767 \
     --allow-privileged=true --profiling=false --cert-dir="$run/apiserver-certs" \
-    >"$run/kube-apiserver.log" 2>&1 &
+    "${apiserver_extra[@]}" >"$run/kube-apiserver.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 120); do
     kubectl get --raw /readyz >/dev/null 2>&1 && break
@@ -302,6 +322,9 @@ if [[ $ready != "$nodes" ]]; then
 fi
 }
 # install_proxy: the service proxy, as an operator installs it.
+# strictARP: what MetalLB's layer 2 asks of an IPVS proxy, and only then.
+strict=false
+[[ $lb == none || $strict_arp == off ]] || strict=true
 install_proxy() {
 case $proxy in
     agent)
@@ -310,12 +333,16 @@ case $proxy in
         # kube-proxy: the host samples them.
         "$helm" template kube-proxy-ipvs deploy/chart --namespace kube-system \
             --set apiServer="https://$api_ip:6443" --set config.clusterCIDR="$pod_cidr" \
-            --set config.metricsBindAddress=0.0.0.0:10249 | kubectl apply -f - >/dev/null
+            --set config.metricsBindAddress=0.0.0.0:10249 \
+            --set config.ipvs.strictARP="$strict" | kubectl apply -f - >/dev/null
         ds=kube-proxy-ipvs
         ;;
     kube-proxy)
-        sed "s|CLUSTER_CIDR|$pod_cidr|; s|APISERVER|https://$api_ip:6443|" "$here/kube-proxy.yaml" |
-            kubectl apply -f - >/dev/null
+        manifest=$(sed "s|CLUSTER_CIDR|$pod_cidr|; s|APISERVER|https://$api_ip:6443|
+            s|^\(      scheduler: rr\)\$|\1\n      strictARP: $strict|" "$here/kube-proxy.yaml")
+        grep -q "^      strictARP: $strict\$" <<<"$manifest" ||
+            { echo "cluster: kube-proxy.yaml has no ipvs.scheduler line for strictARP" >&2; exit 1; }
+        kubectl apply -f - <<<"$manifest" >/dev/null
         ds=kube-proxy
         ;;
 esac
@@ -378,6 +405,29 @@ if [[ $cni == flannel && $nodes == 2 ]]; then
     # A cluster whose overlay drops a path is no ground for the e2e tests: it fails here.
     bash "$here/overlay-traffic.sh" "$peers/kubectl" "$run/admin.kubeconfig" "$out" || exit 1
     say "traffic across the overlay answered (overlay.txt)"
+fi
+if [[ $lb == metallb ]]; then
+    # Its controller is the webhook that validates its pool: the pool waits for it.
+    bash "$here/metallb/manifest.sh" | kubectl apply -f - >/dev/null
+    if ! kubectl -n metallb-system rollout status deployment/controller --timeout=600s >&2 ||
+        ! kubectl -n metallb-system rollout status daemonset/speaker --timeout=600s >&2; then
+        kubectl -n metallb-system get pods -o wide >&2
+        kubectl -n metallb-system describe pods >&2 || true
+        kubectl -n metallb-system logs -l app=metallb --all-containers --tail=30 >&2 || true
+        exit 1
+    fi
+    for _ in $(seq 60); do
+        bash "$here/metallb/manifest.sh" --pool "$net" | kubectl apply -f - >/dev/null 2>"$run/metallb-pool.err" && break
+        sleep 5
+    done
+    kubectl -n metallb-system get ipaddresspool lab >/dev/null ||
+        { cat "$run/metallb-pool.err" >&2; say "MetalLB's pool was refused for 300 s"; exit 1; }
+    say "MetalLB Ready, its pool $net.200-219 announced in layer 2 (strictARP $strict_arp)"
+    if [[ $nodes == 2 ]]; then
+        # Clients outside the cluster (lb.txt, lb.json); a failed check is a result, kept.
+        bash "$here/lb-traffic.sh" "$peers/kubectl" "$run/admin.kubeconfig" "$out" "$bridge" \
+            "$net" "$strict_arp" || say "a LoadBalancer check failed (lb.txt)"
+    fi
 fi
 # What ran, for report.py (run.json): the commit, and each image's ID (its config's digest,
 # which the nodes' runtime reports as the image's ID) from the archives the nodes loaded.
@@ -500,6 +550,7 @@ fi
 mkdir -p "$out/proxy-logs"
 log_namespaces=(kube-system)
 [[ $cni != flannel ]] || log_namespaces+=(kube-flannel)
+[[ $lb == none ]] || log_namespaces+=(metallb-system)
 for ns in "${log_namespaces[@]}"; do
     for pod in $(kubectl -n "$ns" get pods -o name 2>/dev/null); do
         kubectl -n "$ns" logs "$pod" --all-containers >"$out/proxy-logs/${pod#pod/}.log" 2>&1 || true
