@@ -20,10 +20,14 @@ fi
 images=$(bash "$here/images.sh" | tail -1)
 frozen=$root/target/cluster/frozen/$agent_commit
 mkdir -p "$frozen"
-for f in "$images"/*.tar; do
-    if [[ ! -e $frozen/$(basename "$f") ]]; then
-        cp "$f" "$frozen/"
-        echo "frozen-images: $(basename "$f") frozen for $agent_commit" >&2
+# With the images of the optional layers (flannel/, metallb/), where run.sh looks for them.
+for f in "$images"/*.tar "$images"/*/*.tar; do
+    [[ -e $f ]] || continue
+    name=${f#"$images"/}
+    if [[ ! -e $frozen/$name ]]; then
+        mkdir -p "$(dirname "$frozen/$name")"
+        cp "$f" "$frozen/$name"
+        echo "frozen-images: $name frozen for $agent_commit" >&2
     fi
 done
 echo "$frozen"

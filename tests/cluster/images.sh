@@ -23,8 +23,9 @@
 #                        Debian has no program of that name (wget, ...)
 #   kube-proxy.tar       registry.k8s.io/kube-proxy:v1.37.2: upstream kube-proxy at
 #                        /usr/local/bin/kube-proxy with what its IPVS mode execs: iptables
-#                        (legacy and nft), ipset, conntrack, kmod (upstream's base,
-#                        distroless-iptables, cannot be pulled); and ipvsadm, iproute2 and
+#                        (legacy and nft), ipset, conntrack, kmod, and nft for its nftables
+#                        mode (upstream's base, distroless-iptables, has them all and cannot be
+#                        pulled); and ipvsadm, iproute2 and
 #                        curl, which kube-proxy never runs: run.sh's capture pods read each
 #                        node's state with them, whichever proxy runs
 #   distroless-iptables.tar  registry.k8s.io/build-image/distroless-iptables:v0.9.9:
@@ -218,7 +219,7 @@ fi
 
 # --- kube-proxy ------------------------------------------------------------------------------
 t=$SECONDS
-debian --lower "${agent_pkgs[*]}" ipset conntrack ipvsadm iproute2 curl
+debian --lower "${agent_pkgs[*]}" ipset conntrack ipvsadm iproute2 curl nftables
 key=$(inputs_key "$kube_proxy_bin" "${layers[@]}")
 if ! fresh kube-proxy "$key"; then
     d=$work/kube-proxy
@@ -228,7 +229,7 @@ if ! fresh kube-proxy "$key"; then
     "$deploy/debian-rootfs.sh" --run "$rootfs" "$d" -- /bin/sh -c '
         /usr/local/bin/kube-proxy --version && iptables-legacy --version && iptables-nft --version &&
         ip6tables-legacy --version && ipset --version && conntrack --version && modprobe --version &&
-        command -v ipvsadm && ip -V && curl --version >/dev/null' >&2
+        nft --version && command -v ipvsadm && ip -V && curl --version >/dev/null' >&2
     image kube-proxy --tag registry.k8s.io/kube-proxy:v1.37.2 "${layers[@]}" "$d"
     built kube-proxy "$key" "$t"
 fi

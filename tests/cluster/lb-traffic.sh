@@ -23,11 +23,12 @@ mkdir -p "$out"
 log=$out/lb.txt results=()
 : >"$log"
 say() { echo "lb: $*" | tee -a "$log" >&2; }
-# verdict NAME PASS(0|1) WHAT: one check's result, for lb.json.
+# verdict NAME PASS(0|1) WHAT [SECONDS]: one check's result, for lb.json (SECONDS: what it
+# measured, for the page's figures).
 verdict() {
     local ok=$2
-    results+=("$(printf '{"check": "%s", "pass": %s, "saw": "%s"}' "$1" \
-        "$([[ $ok == 0 ]] && echo true || echo false)" "${3//\"/\'}")")
+    results+=("$(printf '{"check": "%s", "pass": %s, "saw": "%s", "seconds": %s}' "$1" \
+        "$([[ $ok == 0 ]] && echo true || echo false)" "${3//\"/\'}" "${4:-null}")")
     say "$1: $([[ $ok == 0 ]] && echo pass || echo FAILED): $3"
 }
 
@@ -97,6 +98,8 @@ spec:
 EOF
 k -n "$ns" wait --for=condition=Ready pod/server --timeout=300s >/dev/null ||
     { k -n "$ns" get pods -o wide >&2; say "the server did not start"; exit 1; }
+ready=$(date +%s.%N)
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 declare -A lb
 for s in lb-cluster lb-local lb-ranges; do
     for _ in $(seq 120); do
@@ -107,10 +110,13 @@ for s in lb-cluster lb-local lb-ranges; do
     [[ -n ${lb[$s]} ]] || { say "$s got no LoadBalancer IP from MetalLB in 120 s"; exit 1; }
     say "$s: LoadBalancer IP ${lb[$s]}"
 done
-# The first answer through each IP: the proxy's programming and MetalLB's announcement.
+# The first answer through each IP, from the server's Ready: the proxy's programming and
+# MetalLB's announcement (the IPs are asked one after the other).
 for s in lb-cluster lb-local lb-ranges; do
-    for t in $(seq 0 120); do [[ $(ask client-a "${lb[$s]}" hostname) == server ]] && break; sleep 1; done
-    say "$s: first answer from client-a after about $t s"
+    ok=1
+    for _ in $(seq 120); do [[ $(ask client-a "${lb[$s]}" hostname) == server ]] && ok=0 && break; sleep 1; done
+    t=$(since "$ready")
+    verdict "first-answer-$s" $ok "client-a through ${lb[$s]}: $([[ $ok == 0 ]] && echo answered || echo nothing) $t s after the server was Ready" "$t"
 done
 
 # lb-cluster: answered, through the node MetalLB elected.
@@ -147,13 +153,13 @@ if [[ $elected == node-1 || $elected == node-2 ]]; then
     for _ in $(seq 600); do
         got=$(ask client-a "${lb[lb-cluster]}" hostname) mac=$(mac_of client-a "${lb[lb-cluster]}")
         if [[ $got == server && -n ${node_of[$mac]:-} && ${node_of[$mac]} != "$elected" ]]; then
-            moved=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+            moved=$(since "$started")
             break
         fi
         sleep 0.5
     done
     [[ -n $moved ]]
-    verdict failover $? "from $elected to ${node_of[$mac]:-nowhere}: served again after ${moved:-more than 300} s"
+    verdict failover $? "from $elected to ${node_of[$mac]:-nowhere}: served again after ${moved:-more than 300} s" "${moved:-null}"
     k -n metallb-system patch daemonset speaker --type=json \
         -p '[{"op": "remove", "path": "/spec/template/spec/affinity"}]' >/dev/null
     k -n metallb-system rollout status daemonset/speaker --timeout=300s >/dev/null

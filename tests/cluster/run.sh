@@ -13,10 +13,12 @@
 #                       built by deploy/build-image.sh
 #   --proxy kube-proxy  upstream kube-proxy v1.37.2 in IPVS mode as kubeadm runs it
 #                       (tests/cluster/kube-proxy.yaml)
+#   --proxy kube-proxy-nftables  the same kube-proxy in nftables mode (the mode upstream
+#                       moves IPVS users to: the latency comparison's third column)
 #
 #   tests/cluster/run.sh [--proxy agent|kube-proxy] [--nodes 1|2] [--cni bridge|flannel]
 #                        [--lb metallb [--strict-arp off]] [--focus RE] [--skip RE] [--out DIR] [--keep] [--keep-failed] [--swap]
-#                        [--no-e2e] [--procs N] [--slot N]
+#                        [--no-e2e] [--procs N] [--slot N] [--latency N [--services M]]
 #
 #   --cni           bridge (default): the CNI bridge plugin, each node's pods on a /24 set by
 #                   this script and routed by static routes on the nodes; flannel: flannel
@@ -46,6 +48,9 @@
 #   --no-e2e        bring the cluster up and the proxy, and run no e2e tests
 #   --procs N       e2e tests run in parallel by N ginkgo processes (default 4)
 #   --slot N        another cluster beside slot 0's (0-9: its own bridge, network, run directory)
+#   --latency N     network programming latency before the e2e tests (two nodes;
+#                   tests/cluster/latency.py: N changes of each kind, asked from node-2, after
+#                   --services M Services without pods; DIR/latency/: latency.json, run.json)
 set -euo pipefail
 # One block: bash reads it whole before running it, so the file can change under a run.
 {
@@ -53,7 +58,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 
-proxy=agent nodes=2 cni=bridge lb=none strict_arp=on focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0
+proxy=agent nodes=2 cni=bridge lb=none strict_arp=on focus='' skip='' out='' keep=0 delete_failed=true swap=0 e2e=1 procs=4 slot=0 latency=0 services=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --proxy) proxy=$2; shift 2 ;;
@@ -70,11 +75,15 @@ while [[ $# -gt 0 ]]; do
         --cni) cni=$2; shift 2 ;;
         --lb) lb=$2; shift 2 ;;
         --strict-arp) strict_arp=$2; shift 2 ;;
-        -h | --help) sed -n '2,48p' "$0"; exit 0 ;;
+        --latency) latency=$2; shift 2 ;;
+        --services) services=$2; shift 2 ;;
+        -h | --help) sed -n '2,53p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-case $proxy in agent | kube-proxy) ;; *) echo "cluster: --proxy is agent or kube-proxy" >&2; exit 2 ;; esac
+case $proxy in agent | kube-proxy | kube-proxy-nftables) ;;
+    *) echo "cluster: --proxy is agent, kube-proxy or kube-proxy-nftables" >&2; exit 2 ;; esac
+[[ $latency == 0 || $nodes == 2 ]] || { echo "cluster: --latency needs two nodes" >&2; exit 2; }
 case $nodes in 1 | 2) ;; *) echo "cluster: --nodes is 1 or 2" >&2; exit 2 ;; esac
 case $cni in bridge | flannel) ;; *) echo "cluster: --cni is bridge or flannel" >&2; exit 2 ;; esac
 case $lb in none | metallb) ;; *) echo "cluster: --lb is metallb" >&2; exit 2 ;; esac
@@ -337,11 +346,16 @@ case $proxy in
             --set config.ipvs.strictARP="$strict" | kubectl apply -f - >/dev/null
         ds=kube-proxy-ipvs
         ;;
-    kube-proxy)
+    kube-proxy | kube-proxy-nftables)
+        mode=ipvs
+        [[ $proxy == kube-proxy ]] || mode=nftables
         manifest=$(sed "s|CLUSTER_CIDR|$pod_cidr|; s|APISERVER|https://$api_ip:6443|
-            s|^\(      scheduler: rr\)\$|\1\n      strictARP: $strict|" "$here/kube-proxy.yaml")
+            s|^\(      scheduler: rr\)\$|\1\n      strictARP: $strict|
+            s|^\(    mode:\) ipvs\$|\1 $mode|" "$here/kube-proxy.yaml")
         grep -q "^      strictARP: $strict\$" <<<"$manifest" ||
             { echo "cluster: kube-proxy.yaml has no ipvs.scheduler line for strictARP" >&2; exit 1; }
+        grep -q "^    mode: $mode\$" <<<"$manifest" ||
+            { echo "cluster: kube-proxy.yaml has no mode line" >&2; exit 1; }
         kubectl apply -f - <<<"$manifest" >/dev/null
         ds=kube-proxy
         ;;
@@ -423,11 +437,6 @@ if [[ $lb == metallb ]]; then
     kubectl -n metallb-system get ipaddresspool lab >/dev/null ||
         { cat "$run/metallb-pool.err" >&2; say "MetalLB's pool was refused for 300 s"; exit 1; }
     say "MetalLB Ready, its pool $net.200-219 announced in layer 2 (strictARP $strict_arp)"
-    if [[ $nodes == 2 ]]; then
-        # Clients outside the cluster (lb.txt, lb.json); a failed check is a result, kept.
-        bash "$here/lb-traffic.sh" "$peers/kubectl" "$run/admin.kubeconfig" "$out" "$bridge" \
-            "$net" "$strict_arp" || say "a LoadBalancer check failed (lb.txt)"
-    fi
 fi
 # What ran, for report.py (run.json): the commit, and each image's ID (its config's digest,
 # which the nodes' runtime reports as the image's ID) from the archives the nodes loaded.
@@ -443,10 +452,11 @@ git diff --quiet HEAD -- crates deploy tests/cluster Cargo.toml Cargo.lock ':(ex
     commit="$commit+local-changes"
 agent_commit=$(bash "$here/agent-commit.sh")
 record() { # STARTED FINISHED EXIT [FILE]: run.json (or FILE)
-    RUN_PROXY=$proxy RUN_CNI=$cni RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
+    RUN_PROXY=$proxy RUN_CNI=$cni RUN_LB=$lb RUN_STRICT_ARP=$strict RUN_COMMIT=$commit RUN_AGENT_COMMIT=$agent_commit RUN_NODES=$nodes RUN_PROCS=$procs RUN_FOCUS=$focus \
         RUN_SKIP=$skip RUN_STARTED=$1 RUN_FINISHED=$2 RUN_EXIT=$3 \
         RUN_AGENT_IMAGE=$(image_id kube-proxy-ipvs) RUN_KUBE_PROXY_IMAGE=$(image_id kube-proxy) \
         RUN_AGNHOST_IMAGE=$(image_id agnhost) \
+        RUN_METALLB_IMAGES=$([[ $lb == none ]] || echo "controller=$(image_id metallb/controller);speaker=$(image_id metallb/speaker)") \
         RUN_PODS=$(kubectl -n kube-system get pods -o jsonpath='{range .items[*]}{.spec.nodeName}={.status.containerStatuses[0].imageID};{end}') \
         python3 -c '
 import json, os
@@ -454,8 +464,31 @@ e = {k[4:].lower(): v for k, v in os.environ.items() if k.startswith("RUN_")}
 for k in ("nodes", "procs", "started", "finished", "exit"):
     e[k] = int(e[k])
 e["pods"] = [p for p in e["pods"].split(";") if p]
+e["metallb_images"] = dict(p.split("=", 1) for p in e["metallb_images"].split(";") if p)
 print(json.dumps(e, indent=1, sort_keys=True))' >"${4:-$out/run.json}"
 }
+
+if [[ $lb == metallb && $nodes == 2 ]]; then
+    # Clients outside the cluster (DIR/lb/: lb.txt, lb.json, and run.json for
+    # stack_report.py); a failed check is a result, kept.
+    started=$(date +%s) lb_rc=0
+    bash "$here/lb-traffic.sh" "$peers/kubectl" "$run/admin.kubeconfig" "$out/lb" "$bridge" \
+        "$net" "$strict_arp" || lb_rc=$?
+    [[ $lb_rc == 0 ]] || say "a LoadBalancer check failed ($out/lb/lb.txt)"
+    record "$started" "$(date +%s)" "$lb_rc" "$out/lb/run.json"
+fi
+
+if [[ $latency != 0 ]]; then
+    # Before the e2e tests, on a cluster that holds nothing else; a probe never answered is
+    # a result, kept.
+    started=$(date +%s) lat_rc=0
+    python3 "$here/latency.py" --kubeconfig "$run/admin.kubeconfig" --out "$out/latency" \
+        --metrics "http://$net.12:10249/metrics" --changes "$latency" --services "$services" ||
+        lat_rc=$?
+    [[ $lat_rc == 0 ]] || say "a latency probe was never answered ($out/latency/latency.txt)"
+    record "$started" "$(date +%s)" "$lat_rc" "$out/latency/run.json"
+    kubectl delete namespace lab-latency lab-bulk --wait=false >/dev/null 2>&1 || true
+fi
 
 # --- what the proxy did, for the tests that fail -----------------------------------------
 # Every 30 s, each node's proxy as the host sees it: /healthz (its lastUpdated) and its sync
