@@ -22,7 +22,8 @@
 # --feature-gates=NFTablesNetlink=false. PEERS_BESIDE_KUBE_PROXY_ARGS=-v=4 and
 # PEERS_BESIDE_DUMP=1 in the environment print kube-proxy's log and table (debugging).
 #
-# The whole of bench/results.json from one run (emptied first; then the scale bench with the
+# The whole of bench/results.json from one run (emptied first, but for the cluster's
+# network_programming, which tests/cluster/latency.sh writes; then the scale bench with the
 # given arguments, then the side-by-side bench at its default sizes):
 #
 #   tests/bench.sh --whole [--full | --sizes ... --route]
@@ -77,7 +78,10 @@ PY
 }
 if [[ ${1:-} == --whole ]]; then
     shift
+    # The cluster's latency table (tests/cluster/latency.sh) is no part of this bench: kept.
+    kept=$(python3 -c 'import json; print(json.dumps({"network_programming": json.load(open("bench/results.json")).get("network_programming")}))' 2>/dev/null || echo '{}')
     rm -f bench/results.json
+    [[ $kept == '{"network_programming": null}' || $kept == '{}' ]] || echo "$kept" >bench/results.json
     bash tests/bench.sh "$@"
     exec bash tests/bench.sh --beside
 fi

@@ -6,7 +6,7 @@ reached it), asked from a pod on the other node than the backends.
     latency.py --kubeconfig FILE --out DIR --metrics URL [--changes N] [--services M]
                [--every SECONDS]
 
-Three kinds of change, N of each (default 200), one every SECONDS (default 3) while earlier
+Three kinds of change, N of each (default 200), one every SECONDS (default 2) while earlier
 ones are still measured, as changes come in a cluster that is in use:
   service-create   a Service created whose selector matches a ready pod
   scale-up         a Deployment scaled from 0 to 1 (the pod's start is part of what is felt)
@@ -144,10 +144,11 @@ class Prober:
         return self._span(script)
 
     def until_gone(self, ip, gone, streak=10):
-        """Seconds from the script's start to the first of `streak` answers in a row through
-        ip that did not come from `gone` (the last answer from it came just before)."""
+        """Seconds from the script's start to the sending of the first of `streak` answers in
+        a row through ip that did not come from `gone` (the last answer from it came just
+        before), or None after PROBE_TIMEOUT."""
         script = (f's=$(date +%s.%N); k=0; f=$s; while [ $k -lt {streak} ]; do '
-                  f'a=$(curl -sf -m 0.5 http://{ip}/hostname); t=$(date +%s.%N); '
+                  f't=$(date +%s.%N); a=$(curl -sf -m 0.5 http://{ip}/hostname); '
                   f'if [ "$a" = {gone} ] || [ -z "$a" ]; then k=0; else [ $k = 0 ] && f=$t; '
                   f'k=$((k + 1)); fi; n=${{t%.*}}; [ $((n - ${{s%.*}})) -gt {PROBE_TIMEOUT} ] '
                   f'&& {{ echo timeout; exit 0; }}; done; echo "$s $f"')
@@ -223,7 +224,7 @@ def main():
     ap.add_argument("--metrics", required=True, help="node-2's proxy metrics URL")
     ap.add_argument("--changes", type=int, default=200)
     ap.add_argument("--services", type=int, default=0)
-    ap.add_argument("--every", type=float, default=3.0)
+    ap.add_argument("--every", type=float, default=2.0)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "latency.txt"), "w")
@@ -313,9 +314,17 @@ def main():
         before = histogram(args.metrics)
         t = time.time()
         futures = []
+
+        def guarded(fn, i):
+            # One change's failure (an API error, a probe cut off) is a sample lost, not the run.
+            try:
+                return fn(i)
+            except Exception as e:  # noqa: BLE001
+                say(f"{fn.__name__} {i}: {e}")
+                return None
         with concurrent.futures.ThreadPoolExecutor(max(POOL, 64)) as ex:
             for i in range(args.changes):
-                futures.append(ex.submit(fn, i))
+                futures.append(ex.submit(guarded, fn, i))
                 time.sleep(args.every)
             values = [f.result() for f in futures]
         after = histogram(args.metrics)

@@ -50,7 +50,8 @@
 #   --slot N        another cluster beside slot 0's (0-9: its own bridge, network, run directory)
 #   --latency N     network programming latency before the e2e tests (two nodes;
 #                   tests/cluster/latency.py: N changes of each kind, asked from node-2, after
-#                   --services M Services without pods; DIR/latency/: latency.json, run.json)
+#                   --services M Services without pods, one change every $LATENCY_EVERY s
+#                   (default 2); DIR/latency/: latency.json, run.json)
 set -euo pipefail
 # One block: bash reads it whole before running it, so the file can change under a run.
 {
@@ -77,7 +78,7 @@ while [[ $# -gt 0 ]]; do
         --strict-arp) strict_arp=$2; shift 2 ;;
         --latency) latency=$2; shift 2 ;;
         --services) services=$2; shift 2 ;;
-        -h | --help) sed -n '2,53p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,54p' "$0"; exit 0 ;;
         *) echo "cluster: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -483,7 +484,7 @@ if [[ $latency != 0 ]]; then
     # a result, kept.
     started=$(date +%s) lat_rc=0
     python3 "$here/latency.py" --kubeconfig "$run/admin.kubeconfig" --out "$out/latency" \
-        --metrics "http://$net.12:10249/metrics" --changes "$latency" --services "$services" ||
+        --metrics "http://$net.12:10249/metrics" --changes "$latency" --services "$services" --every "${LATENCY_EVERY:-2}" ||
         lat_rc=$?
     [[ $lat_rc == 0 ]] || say "a latency probe was never answered ($out/latency/latency.txt)"
     record "$started" "$(date +%s)" "$lat_rc" "$out/latency/run.json"
