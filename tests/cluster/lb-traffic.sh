@@ -47,18 +47,18 @@ for i in 0 1; do
     ip -n "lab-$c" link set eth0 up
     ip -n "lab-$c" link set lo up
 done
-in() { local c=$1; shift; ip netns exec "lab-$c" "$@"; }
+on() { local c=$1; shift; ip netns exec "lab-$c" "$@"; }
 # Each node's MAC on the nodes' network, as a client learns it.
 declare -A node_of
 for i in 1 2; do
-    in client-a ping -c 1 -W 2 "$net.1$i" >/dev/null
-    mac=$(in client-a ip neigh show "$net.1$i" | awk '{print $5}')
+    on client-a ping -c 1 -W 2 "$net.1$i" >/dev/null
+    mac=$(on client-a ip neigh show "$net.1$i" | awk '{print $5}')
     node_of[$mac]=node-$i
 done
 # MAC_OF C IP: the MAC client C's neighbour table holds for IP.
-mac_of() { in "$1" ip neigh show "$2" | awk '$5 ~ /:/ {print $5}'; }
+mac_of() { on "$1" ip neigh show "$2" | awk '$5 ~ /:/ {print $5}'; }
 # ASK C IP PATH: one HTTP answer from the server through IP, or nothing after 2 s.
-ask() { in "$1" curl -s -m 2 "http://$2/$3" 2>/dev/null; }
+ask() { on "$1" curl -s -m 2 "http://$2/$3" 2>/dev/null; }
 
 k create namespace "$ns" >/dev/null
 k -n "$ns" apply -f - >/dev/null <<EOF
@@ -125,7 +125,7 @@ elected=${node_of[$mac]:-unknown}
 [[ $got == server && $elected != unknown ]]
 verdict lb-ip-answers $? "[$got] through $mac ($elected)"
 # ARP: who answers for the IP.
-macs=$(in client-b arping -c 3 -w 4 -I eth0 "${lb[lb-cluster]}" 2>&1 | grep -o '\[[0-9a-fA-F:]*\]' | sort -u | tr '\n' ' ')
+macs=$(on client-b arping -c 3 -w 4 -I eth0 "${lb[lb-cluster]}" 2>&1 | grep -o '\[[0-9a-fA-F:]*\]' | sort -u | tr '\n' ' ')
 n=$(wc -w <<<"$macs")
 if [[ $strict == on ]]; then [[ $n == 1 ]]; else [[ $n -gt 1 ]]; fi
 verdict "arp-replies-strictARP-$strict" $? "$n MAC(s): $macs"
@@ -135,9 +135,9 @@ got=$(ask client-a "${lb[lb-local]}" clientip) mac=$(mac_of client-a "${lb[lb-lo
 [[ ${got%:*} == "$net.100" && ${node_of[$mac]:-} == node-1 ]]
 verdict local-keeps-source "[$got] through $mac (${node_of[$mac]:-unknown})"
 node2_mac=$(for m in "${!node_of[@]}"; do [[ ${node_of[$m]} == node-2 ]] && echo "$m"; done)
-in client-b ip neigh replace "${lb[lb-local]}" lladdr "$node2_mac" dev eth0 nud permanent
+on client-b ip neigh replace "${lb[lb-local]}" lladdr "$node2_mac" dev eth0 nud permanent
 got=$(ask client-b "${lb[lb-local]}" hostname)
-in client-b ip neigh del "${lb[lb-local]}" dev eth0
+on client-b ip neigh del "${lb[lb-local]}" dev eth0
 [[ -z $got ]]
 verdict local-other-node-silent $? "node-2 asked directly: [$got]"
 
